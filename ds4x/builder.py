@@ -1,0 +1,165 @@
+"""`wheel`: base + series + overlay over a compiled wheel -> a stamped ds4x wheel."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from ds4x import gitops, overlay, series, sources, wheel
+from ds4x.errors import Ds4xError, InputError
+from ds4x.log import step
+from ds4x.pins import Artifact, Target
+from ds4x.sources import Base, Settings
+from ds4x.workspace import Layout, patched_tree
+
+DEFAULT_CUDA_ARCHS = "12.0"  # RTX 5090 (sm_120); override with TORCH_CUDA_ARCH_LIST
+
+
+def check_kernels_choice(target: Target, kernels: str | None) -> None:
+    """Refuse before any download what cannot build."""
+    if kernels and not (kernels == "source" or kernels.startswith("wheel:")):
+        raise InputError(f"--kernels {kernels!r}", "use --kernels source or --kernels wheel:PATH_OR_URL")
+    if kernels is None and not (target.wheel or target.kernels_wheel):
+        raise InputError(
+            f"target {target.name} needs compiled kernels and none is pinned",
+            "--kernels wheel:<a release wheel whose commit has the pin's csrc/, CMakeLists.txt and cmake/> "
+            "or --kernels source (CUDA toolchain and the fork's build requirements; TORCH_CUDA_ARCH_LIST, default 12.0)",
+        )
+    if kernels == "source" and target.wheel:
+        raise InputError(f"target {target.name} is pure Python", "drop --kernels")
+
+
+def _wheel_from(spec: str, settings: Settings) -> Path:
+    where = spec.removeprefix("wheel:")
+    if "://" not in where:
+        path = Path(where)
+        if not path.is_file():
+            raise InputError(f"--kernels {spec}: no such file", "give the path or URL of a .whl")
+        return path
+    dest = settings.cache / "downloads" / where.rsplit("/", 1)[-1]
+    if not dest.exists():
+        import urllib.request
+
+        part = dest.with_name(dest.name + ".part")
+        try:
+            urllib.request.urlretrieve(where, part)
+        except OSError as e:
+            part.unlink(missing_ok=True)
+            raise Ds4xError(f"cannot download {where}: {e}", "download it yourself and pass the path") from e
+        os.replace(part, dest)
+    return dest
+
+
+def _check_same_kernels(target: Target, base: Base, kernels: Path) -> None:
+    """Compiled modules are reusable only from a build of the same kernel sources:
+    the commit in a `+g<sha>` version must have the pin's kernel sources, or a
+    release wheel must carry the pinned sdist's version."""
+    if not target.kernel_sources:
+        return  # pure Python: the per-file check in _python_changes is the whole story
+    version = Version(wheel.wheel_version(kernels))
+    commit = next((p[1:] for p in (version.local or "").split(".") if p.startswith("g")), None)
+    if commit and base.origin["kind"] == "git":
+        _check_commit_kernels(target, base, kernels, commit)
+    elif target.sdist and not commit:
+        if version.public != target.sdist.version:
+            raise Ds4xError(f"{kernels.name} is not version {target.sdist.version}", "use a kernels wheel of the pinned release")
+    else:
+        raise Ds4xError(f"{kernels.name}: cannot tell which commit it was built from", "use a wheel whose version ends +g<commit>")
+
+
+def _check_commit_kernels(target: Target, base: Base, kernels: Path, commit: str) -> None:
+    with gitops.open_repo(base.repo) as repo:
+        try:
+            full = repo.commit(commit).hexsha
+        except Exception as e:  # gitdb raises several types for an unknown name
+            raise Ds4xError(f"{kernels.name} was built from {commit}, which the cache does not have", "fetch through a full mirror") from e
+        if not gitops.same_content(repo, full, base.commit, target.kernel_sources):
+            raise Ds4xError(
+                f"{kernels.name} was built from {commit}, whose {', '.join(target.kernel_sources)} differ from the pin",
+                "use --kernels source, or a release wheel of a commit with the same kernel sources",
+            )
+
+
+def _build_from_source(tree: Path, out: Path) -> Path:
+    if not shutil.which("nvcc"):
+        raise Ds4xError("--kernels source needs a CUDA toolchain: nvcc is not on PATH", "install CUDA, or use --kernels wheel:")
+    env = {**os.environ, "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS)}
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(tree)]
+    with step(f"build kernels from source (TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']})"):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        tail = "\n".join(done.stdout.splitlines()[-20:] + done.stderr.splitlines()[-20:])
+        raise Ds4xError(f"source build failed: {' '.join(cmd)}\n{tail}", "install the fork's requirements/build/cuda.txt")
+    return next(out.glob("*.whl"))
+
+
+def _python_changes(base: Base, tree: Path, kernels: Path, files: list[str]) -> dict[str, bytes | None]:
+    """Our version of every Python file we change, after checking the kernels
+    wheel holds the pinned version of each (else it is another source)."""
+    changes: dict[str, bytes | None] = {}
+    for rel in files:
+        if not rel.startswith(base.target.package + "/"):
+            continue
+        pristine = base.repo / rel
+        if pristine.exists() and wheel.read_member(kernels, rel) != pristine.read_bytes():
+            raise Ds4xError(
+                f"{kernels.name}: {rel} differs from {base.target.name} @ {base.commit[:12]}",
+                "the kernels wheel is not a build of the pinned source; use one that is",
+            )
+        changes[rel] = (tree / rel).read_bytes() if (tree / rel).exists() else None
+    return changes
+
+
+def _inputs(target: Target, layout: Layout) -> tuple[dict[str, bytes], list[dict[str, Any]], dict[str, str]]:
+    entries = series.parse_series(layout.series(target.name))
+    patches = [
+        {"name": e.name, "sha256": sources.sha256_file(e.path), **series.read_info(e).fields} for e in entries
+    ]
+    files = overlay.overlay_files(layout.overlays, target.overlays)
+    parts = {f"patch/{e.name}": e.path.read_bytes() for e in entries}
+    parts |= {f"overlay/{rel}": p.read_bytes() for rel, p in files.items()}
+    parts["pin"] = repr(target).encode()
+    return parts, patches, overlay.digest(files)
+
+
+def build(target: Target, settings: Settings, layout: Layout, kernels: str | None, dist: Path) -> wheel.Built:
+    check_kernels_choice(target, kernels)
+    parts, patches, overlay_sums = _inputs(target, layout)
+    digest = wheel.series_digest(parts)
+    base = sources.fetch(target, settings)
+    with patched_tree(base, layout) as tree, tempfile.TemporaryDirectory(prefix="ds4x-kernels-") as tmp:
+        if kernels == "source":
+            kernel_wheel = _build_from_source(tree, Path(tmp))
+        elif kernels:
+            kernel_wheel = _wheel_from(kernels, settings)
+            _check_same_kernels(target, base, kernel_wheel)
+        else:
+            pinned: Artifact | None = target.wheel or target.kernels_wheel
+            assert pinned
+            kernel_wheel = sources.download(pinned, settings)
+        with gitops.open_repo(tree) as repo:
+            changed = gitops.changed_paths(repo, base.commit)
+            epoch = gitops.commit_epoch(repo, base.commit)
+        files = sorted({*changed, *overlay_sums})
+        # A source build already holds our files; a reused wheel gets them swapped in.
+        replace = {} if kernels == "source" else _python_changes(base, tree, kernel_wheel, files)
+        version = wheel.local_version(wheel.wheel_version(kernel_wheel), digest)
+        provenance = {
+            "target": target.name,
+            "source": base.origin,
+            "kernels": {"wheel": kernel_wheel.name, "sha256": sources.sha256_file(kernel_wheel)},
+            "patches": patches,
+            "overlay": overlay_sums,
+            "digest": digest,
+        }
+        with step(f"repack {kernel_wheel.name} as {version}"):
+            return wheel.repack(
+                kernel_wheel, replace=replace, version=version, provenance=provenance, out_dir=dist, epoch=epoch
+            )

@@ -1,0 +1,224 @@
+"""The command line: the only module that prints errors or exits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ds4x import __version__, builder, gitops, log, pins, series, sources, wheel, workspace
+from ds4x.errors import EXIT_INTERRUPTED, Ds4xError
+from ds4x.log import logger
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more output (git commands)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
+    parser.add_argument("--pins", type=Path, default=ROOT / "pins.toml", help="pins file (default: %(default)s)")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="cache (default: $DS4X_CACHE_DIR or XDG cache/ds4x)")
+    parser.add_argument(
+        "--mirror", action="append", default=[], metavar="URL=URL_OR_PATH",
+        help="fetch URL from elsewhere (repeatable; also $DS4X_MIRRORS, whitespace-separated)",
+    )
+    parser.add_argument("--offline", action="store_true", help="use only what is in the cache")
+    parser.add_argument("--source", choices=("git", "sdist", "wheel"), help="base source for targets that pin several")
+
+
+def _targets(parser: argparse.ArgumentParser, help_default: str) -> None:
+    parser.add_argument("--target", "-t", action="append", default=[], help=f"target name (repeatable; default: {help_default})")
+
+
+def _settings(args: argparse.Namespace) -> sources.Settings:
+    return sources.Settings(
+        cache=args.cache_dir or sources.default_cache(),
+        mirrors=sources.parse_mirrors(args.mirror),
+        offline=args.offline,
+        source=args.source,
+    )
+
+
+def _layout(args: argparse.Namespace) -> workspace.Layout:
+    """Series and overlays live beside the pins file."""
+    return workspace.Layout(patches=args.pins.parent / "patches", overlays=args.pins.parent / "overlay")
+
+
+def _work_dir(args: argparse.Namespace, target: pins.Target) -> Path:
+    return args.dir or args.pins.parent / "work" / target.name
+
+
+def _chosen(args: argparse.Namespace, all_by_default: bool = False) -> list[pins.Target]:
+    loaded = pins.load(args.pins)
+    if args.target:
+        return [loaded.get(name) for name in args.target]
+    return list(loaded.targets.values()) if all_by_default else loaded.defaults
+
+
+def _one(args: argparse.Namespace) -> pins.Target:
+    chosen = _chosen(args)
+    if len(args.target) != 1:
+        raise Ds4xError("name exactly one --target", exit_code=2)
+    return chosen[0]
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    for target in _chosen(args):
+        base = sources.fetch(target, _settings(args))
+        print(f"{target.name}: {base.repo} @ {base.commit}")
+    return 0
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    target = _one(args)
+    dest = _work_dir(args, target)
+    base = sources.fetch(target, _settings(args))
+    with log.step(f"apply {target.name} series into {dest}"):
+        workspace.materialize(base, dest, _layout(args))
+    print(f"{dest}: edit, commit, then `build.py refresh --target {target.name}`")
+    return 0
+
+
+def cmd_refresh(args: argparse.Namespace) -> int:
+    target = _one(args)
+    tree = _work_dir(args, target)
+    names = workspace.refresh(tree, _layout(args), target.name)
+    print(f"{_layout(args).series(target.name)}: {len(names)} patches")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Upstream-ready format-patch files (numbered, with diffstat) or one mbox."""
+    target = _one(args)
+    base = sources.fetch(target, _settings(args))
+    with workspace.patched_tree(base, _layout(args), with_overlay=False) as tree:
+        texts = workspace.export_texts(tree, stable=False)
+    if args.mbox:
+        args.mbox.write_text("".join(texts), encoding="utf-8")
+        print(f"{args.mbox}: {len(texts)} patches")
+        return 0
+    out = args.output or args.pins.parent / "dist" / "patches" / target.name
+    out.mkdir(parents=True, exist_ok=True)
+    for number, text in enumerate(texts, 1):
+        (out / f"{number:04d}-{series.file_name(series.subject_of(text))}").write_text(text, encoding="utf-8")
+    print(f"{out}: {len(texts)} patches")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    failed = 0
+    for target in _chosen(args, all_by_default=True):
+        base = sources.fetch(target, _settings(args))
+        with log.step(f"check {target.name} @ {base.commit[:12]}"):
+            problems = workspace.check(base, _layout(args))
+        for problem in problems:
+            logger.error("  %s", problem)
+        failed += bool(problems)
+        print(f"{target.name}: {'FAILED' if problems else 'ok'}")
+    return 1 if failed else 0
+
+
+def cmd_wheel(args: argparse.Namespace) -> int:
+    targets = _chosen(args)
+    if args.kernels and len(targets) != 1:
+        raise Ds4xError("--kernels applies to one target", "add --target", exit_code=2)
+    built = []
+    dist = args.dist or args.pins.parent / "dist"
+    for target in targets:
+        with log.step(f"wheel {target.name}"):
+            built.append(builder.build(target, _settings(args), _layout(args), args.kernels, dist))
+    constraints = wheel.write_constraints(dist, built)
+    for b in built:
+        print(f"{b.path}  {b.path.stat().st_size / 2**20:.1f} MiB  sha256:{b.sha256}")
+    print(f"{constraints}: install with `pip install {' '.join(str(b.path) for b in built)} -c {constraints}`")
+    return 0
+
+
+def cmd_provenance(args: argparse.Namespace) -> int:
+    from ds4x import doctor
+
+    records = doctor.installed_provenance()
+    print(json.dumps(records, indent=2, sort_keys=True) if records else "no ds4x wheel is installed here")
+    return 0 if records else 1
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from ds4x import doctor
+
+    print(doctor.report(import_torch=not args.no_torch, libraries=tuple(args.preload)))
+    return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from ds4x import plan
+
+    return plan.main(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="build.py", description="ds4x: patched vLLM / Lvllmds4-x / FlashInfer wheels")
+    top.add_argument("--version", action="version", version=f"ds4x {__version__}")
+    sub = top.add_subparsers(dest="command", required=True)
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        _common(p)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("wheel", cmd_wheel, "build patched wheels into dist/ with constraints.txt (the main job)")
+    _targets(p, "lvllmds4-x and flashinfer")
+    p.add_argument("--kernels", help="source | wheel:PATH_OR_URL (compiled modules to reuse)")
+    p.add_argument("--dist", type=Path, help="output folder (default: dist/ beside the pins file)")
+    _targets(add("fetch", cmd_fetch, "fetch pinned sources into the cache"), "the default targets")
+    for name, func, text in (
+        ("apply", cmd_apply, "apply a target's series into a development tree"),
+        ("refresh", cmd_refresh, "write a development tree's commits back to patches/"),
+    ):
+        p = add(name, func, text)
+        _targets(p, "required")
+        p.add_argument("--dir", type=Path, help="development tree (default: work/<target>)")
+    p = add("export", cmd_export, "write a target's series as upstream-ready format-patch files")
+    _targets(p, "required")
+    p.add_argument("--output", type=Path, help="folder (default: dist/patches/<target>)")
+    p.add_argument("--mbox", type=Path, help="one mbox file instead of a folder")
+    _targets(add("check", cmd_check, "every patch applies exactly and re-exports byte for byte"), "all")
+    add("provenance", cmd_provenance, "print the provenance of ds4x wheels installed in this Python")
+    p = add("doctor", cmd_doctor, "report libcudart resolution and ds4x provenance for a bug report")
+    p.add_argument("--preload", action="append", default=[], metavar="LIB", help="load this shared library first")
+    p.add_argument("--no-torch", action="store_true", help="do not import torch first")
+    p = add("plan", cmd_plan, "GPU-resident MoE memory plan and decode ceiling from a config.json")
+    try:
+        from ds4x import plan
+
+        plan.add_arguments(p)
+    except ImportError:
+        pass
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    log.setup(-1 if args.quiet else args.verbose)
+    gitops.isolate_environ()
+    try:
+        return int(args.func(args))
+    except Ds4xError as e:
+        print(f"error: {e}", file=sys.stderr)
+        if e.hint:
+            print(f"hint: {e.hint}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception:
+        traceback.print_exc()
+        print("error: this is a bug in ds4x; please report it with the output above", file=sys.stderr)
+        return 70
+
+
+def main_entry() -> None:
+    sys.exit(main(sys.argv[1:]))

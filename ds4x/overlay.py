@@ -1,0 +1,39 @@
+"""Overlay folders: our own new files, copied into a target tree as they are."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+from ds4x.errors import InputError
+
+
+def overlay_files(root: Path, names: tuple[str, ...]) -> dict[str, Path]:
+    """Tree-relative path -> our file, for every overlay a target names."""
+    files: dict[str, Path] = {}
+    for name in names:
+        folder = root / name
+        if not folder.is_dir():
+            raise InputError(f"overlay {name!r} not found under {root}", "create it or drop it from pins.toml")
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                rel = path.relative_to(folder).as_posix()
+                if rel in files:
+                    raise InputError(f"overlay file {rel} is in two overlays", "keep it in one")
+                files[rel] = path
+    return files
+
+
+def copy_into(files: dict[str, Path], tree: Path) -> None:
+    """New files only: changing an upstream file is what a patch is for."""
+    for rel, source in files.items():
+        dest = tree / rel
+        if dest.exists():
+            raise InputError(f"overlay file {rel} would overwrite an upstream file", "change it with a patch instead")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, dest)
+
+
+def digest(files: dict[str, Path]) -> dict[str, str]:
+    return {rel: hashlib.sha256(path.read_bytes()).hexdigest() for rel, path in sorted(files.items())}

@@ -1,0 +1,257 @@
+"""Pinned base trees in the cache: git (through mirrors), sdists and wheels.
+
+Every base becomes a git repository at a known commit, so the series applies
+with `git am` whatever the source. A fetch builds in `<dir>.part` and renames
+into place: an interrupted fetch leaves nothing the next run would trust.
+"""
+
+from __future__ import annotations
+
+import calendar
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ds4x import gitops
+from ds4x.errors import Ds4xError, InputError
+from ds4x.log import logger, progress, step
+from ds4x.pins import Artifact, Target
+
+MIRRORS_ENV = "DS4X_MIRRORS"
+CACHE_ENV = "DS4X_CACHE_DIR"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    cache: Path
+    mirrors: dict[str, str] = field(default_factory=dict)
+    offline: bool = False
+    source: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Base:
+    """A target's pristine tree: a git repo in the cache, checked out at `commit`."""
+
+    target: Target
+    repo: Path
+    commit: str
+    origin: dict[str, Any]
+
+
+def default_cache() -> Path:
+    if CACHE_ENV in os.environ:
+        return Path(os.environ[CACHE_ENV])
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "ds4x"
+
+
+def parse_mirrors(specs: list[str]) -> dict[str, str]:
+    """`URL=URL_OR_PATH` pairs from --mirror and DS4X_MIRRORS (whitespace-separated)."""
+    mirrors: dict[str, str] = {}
+    for spec in [*os.environ.get(MIRRORS_ENV, "").split(), *specs]:
+        upstream, sep, replacement = spec.partition("=")
+        if not sep or not upstream or not replacement:
+            raise InputError(
+                f"mirror {spec!r} is not UPSTREAM=REPLACEMENT",
+                "e.g. --mirror https://github.com/guqiong96/Lvllmds4-x=/srv/git/Lvllmds4-x.git",
+            )
+        mirrors[upstream.rstrip("/")] = replacement
+    return mirrors
+
+
+def resolve_url(url: str, mirrors: dict[str, str]) -> str:
+    """The longest mirrored prefix wins; `.git` suffixes are ignored."""
+    key = url.rstrip("/").removesuffix(".git")
+    for upstream in sorted(mirrors, key=len, reverse=True):
+        stem = upstream.removesuffix(".git")
+        if key == stem or key.startswith(stem + "/"):
+            return mirrors[upstream] + key[len(stem):]
+    return url
+
+
+def index_url() -> str:
+    """The user's package index: PIP_INDEX_URL, pip's config, else pip's default."""
+    if os.environ.get("PIP_INDEX_URL"):
+        return os.environ["PIP_INDEX_URL"]
+    for key in ("global.index-url", "download.index-url", "install.index-url"):
+        found = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", key], capture_output=True, text=True
+        )
+        if found.returncode == 0 and found.stdout.strip():
+            return found.stdout.strip()
+    from pip._internal.models.index import PyPI  # pip's default, not ours to name
+
+    return str(PyPI.simple_url)
+
+
+def _file_url(artifact: Artifact) -> str:
+    page = f"{index_url().rstrip('/')}/{artifact.project}/"
+    request = urllib.request.Request(
+        page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        body = response.read().decode()
+        is_json = "json" in response.headers.get("Content-Type", "")
+    if is_json:
+        urls = {f["filename"]: f["url"] for f in json.loads(body)["files"]}
+    else:
+        urls = {Path(urllib.parse.urlparse(u).path).name: u for u in re.findall(r'href="([^"]+)"', body)}
+    if artifact.filename not in urls:
+        raise Ds4xError(f"{artifact.filename} is not on the index page {page}", "check the pin or PIP_INDEX_URL")
+    return urllib.parse.urljoin(page, urls[artifact.filename]).split("#", 1)[0]
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def download(artifact: Artifact, settings: Settings) -> Path:
+    """The artifact from the cache, else the index; sha256-checked either way."""
+    dest = settings.cache / "downloads" / artifact.filename
+    if dest.exists() and sha256_file(dest) == artifact.sha256:
+        return dest
+    if settings.offline:
+        raise Ds4xError(f"{artifact.filename} is not in the cache ({dest.parent})", "run once without --offline")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    try:
+        url = _file_url(artifact)
+        with urllib.request.urlopen(url, timeout=120) as response, part.open("wb") as out:
+            with progress(int(response.headers.get("Content-Length") or 0) or None, artifact.filename) as bar:
+                for block in iter(lambda: response.read(1 << 20), b""):
+                    out.write(block)
+                    bar.update(len(block))
+    except (urllib.error.URLError, OSError) as e:
+        part.unlink(missing_ok=True)
+        raise Ds4xError(f"cannot download {artifact.filename}: {e}", "check the network and PIP_INDEX_URL") from e
+    actual = sha256_file(part)
+    if actual != artifact.sha256:
+        part.unlink()
+        raise Ds4xError(
+            f"{artifact.filename}: sha256 {actual} does not match the pin {artifact.sha256}",
+            "the index serves a different file; check PIP_INDEX_URL or update pins.toml",
+        )
+    os.replace(part, dest)
+    return dest
+
+
+def _unpack(archive: Path, dest: Path) -> int:
+    """Unpack an sdist (dropping its top folder) or a wheel; return the newest mtime."""
+    if archive.name.endswith(".whl"):
+        with zipfile.ZipFile(archive) as zf:
+            zf.extractall(dest)
+            return max(calendar.timegm((*i.date_time, 0, 0, 0)) for i in zf.infolist())
+    with tarfile.open(archive) as tf:
+        members = tf.getmembers()
+        top = members[0].name.split("/", 1)[0]
+        for member in members:
+            name = member.name
+            if not name.startswith(top + "/") or ".." in name.split("/") or not (member.isfile() or member.isdir()):
+                continue
+            member.name = name[len(top) + 1 :]
+            tf.extract(member, dest, set_attrs=False)
+        return int(max(m.mtime for m in members))
+
+
+def _commit_id(tree: Path, package: str) -> str | None:
+    """The commit an sdist was cut from, as its setuptools-scm _version.py says."""
+    version_py = tree / package / "_version.py"
+    found = re.search(r"commit_id\s*=\s*'g?([0-9a-f]{7,40})'", version_py.read_text()) if version_py.exists() else None
+    return found[1] if found else None
+
+
+def _ready(path: Path, commit: str | None = None) -> str | None:
+    """The HEAD of a cached repo that is clean (and at `commit`), else an error."""
+    with gitops.open_repo(path) as repo:
+        if repo.is_dirty(untracked_files=True):
+            raise Ds4xError(f"cache entry {path} has local changes", f"delete {path} and run again")
+        if commit:
+            gitops.verify_head(repo, commit, str(path))
+        return gitops.head(repo)
+
+
+def _build(dest: Path, settings: Settings, fill: Any) -> None:
+    if settings.offline:
+        raise Ds4xError(f"{dest.name} is not in the cache ({dest.parent})", "run once without --offline")
+    part = dest.with_name(dest.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    try:
+        fill(part)
+    except BaseException:
+        shutil.rmtree(part, ignore_errors=True)
+        raise
+    os.replace(part, dest)
+
+
+def _git_base(target: Target, settings: Settings) -> Base:
+    assert target.git
+    pin = target.git
+    dest = settings.cache / "git" / f"{target.name}-{pin.commit[:12]}"
+    where = resolve_url(pin.url, settings.mirrors)
+    if not dest.exists():
+        with step(f"fetch {target.name} @ {pin.commit[:12]} from {where}"):
+            if "://" not in where:  # a path: share objects, no pack protocol
+                local = Path(where)
+                if not local.exists():
+                    raise InputError(f"mirror {where} for {pin.url} does not exist", "fix --mirror / DS4X_MIRRORS")
+                _build(dest, settings, lambda p: gitops.clone_local(local, p, pin.commit, shared=False))
+            else:
+                _build(dest, settings, lambda p: gitops.fetch_commit(where, p, pin.commit))
+    _ready(dest, pin.commit)
+    return Base(target=target, repo=dest, commit=pin.commit, origin={"kind": "git", "url": pin.url, "commit": pin.commit})
+
+
+def _archive_base(target: Target, kind: str, settings: Settings) -> Base:
+    artifact: Artifact = getattr(target, kind)
+    dest = settings.cache / "src" / f"{target.name}-{kind}-{artifact.sha256[:12]}"
+    origin: dict[str, Any] = {"kind": kind, "filename": artifact.filename, "sha256": artifact.sha256}
+    if target.git and kind == "sdist":
+        origin["commit"] = target.git.commit
+
+    def fill(part: Path) -> None:
+        archive = download(artifact, settings)
+        epoch = _unpack(archive, part)
+        if kind == "sdist" and target.git:
+            found = _commit_id(part, target.package)
+            if not found or not target.git.commit.startswith(found):
+                raise Ds4xError(
+                    f"{artifact.filename} says commit {found}, pinned {target.git.commit}",
+                    "pin the sdist of the pinned commit, or build from git",
+                )
+        gitops.commit_all(part, f"{artifact.filename}\n\nsha256: {artifact.sha256}\n", epoch)
+
+    if not dest.exists():
+        with step(f"unpack {artifact.filename} (sha256 {artifact.sha256[:12]})"):
+            _build(dest, settings, fill)
+    commit = _ready(dest)
+    assert commit
+    return Base(target=target, repo=dest, commit=commit, origin=origin)
+
+
+def fetch(target: Target, settings: Settings) -> Base:
+    """The target's base from the chosen (or first pinned) source."""
+    kind = settings.source if settings.source in target.sources else target.sources[0]
+    if settings.source and settings.source not in target.sources:
+        raise InputError(
+            f"target {target.name} has no {settings.source} pin",
+            f"its sources: {', '.join(target.sources)}",
+        )
+    logger.debug("source of %s: %s", target.name, kind)
+    return _git_base(target, settings) if kind == "git" else _archive_base(target, kind, settings)

@@ -1,0 +1,166 @@
+"""Wheels: reuse a compiled wheel, swap in our Python files, stamp version and provenance.
+
+Every ds4x wheel is a repack of a real wheel (the pinned pure-Python one, a
+kernels wheel of the same source, or one the fork's own build produced), so
+one code path writes them all, deterministically, atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
+from wheel.wheelfile import WheelFile
+
+from ds4x import __version__
+from ds4x.errors import Ds4xError
+
+PROVENANCE = "ds4x_provenance.json"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    path: Path
+    project: str
+    version: str
+    sha256: str
+
+
+def series_digest(parts: dict[str, bytes]) -> str:
+    """Short hash of everything we add: patch files, overlay files, pins."""
+    digest = hashlib.sha256()
+    for name in sorted(parts):
+        digest.update(f"{name}\0{len(parts[name])}\0".encode() + parts[name])
+    return digest.hexdigest()[:10]
+
+
+def local_version(version: str, digest: str) -> str:
+    """PEP 440: keep any local label (`+cpu`, `+g<sha>`) and add `ds4x.<digest>`."""
+    parsed = Version(version)
+    label = f"{parsed.local}.ds4x.{digest}" if parsed.local else f"ds4x.{digest}"
+    return f"{parsed.public}+{label}"
+
+
+def _dist_info(names: list[str]) -> str:
+    found = {n.split("/", 1)[0] for n in names if n.split("/", 1)[0].endswith(".dist-info")}
+    if len(found) != 1:
+        raise Ds4xError(f"expected one .dist-info folder, found {sorted(found) or 'none'}")
+    return found.pop()
+
+
+def _metadata(text: str, version: str) -> str:
+    return re.sub(r"^Version: .*$", f"Version: {version}", text, count=1, flags=re.M)
+
+
+def _entry(name: str, epoch: int) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, time.gmtime(max(epoch, 315532800))[:6])
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16
+    return info
+
+
+@contextlib.contextmanager
+def _source_date(epoch: int) -> Iterator[None]:
+    """WheelFile dates the RECORD it writes from SOURCE_DATE_EPOCH."""
+    old = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(max(epoch, 315532800))
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["SOURCE_DATE_EPOCH"]
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = old
+
+
+def repack(
+    base_wheel: Path,
+    *,
+    replace: dict[str, bytes | None],
+    version: str,
+    provenance: dict[str, Any],
+    out_dir: Path,
+    epoch: int,
+) -> Built:
+    """Copy `base_wheel` with `replace` applied (None deletes), the new version,
+    and the provenance record; write to a temp file and rename into out_dir."""
+    name, _, _, tags = parse_wheel_filename(base_wheel.name)
+    project = str(name).replace("-", "_")
+    tag = "-".join(sorted({f"{t.interpreter}-{t.abi}-{t.platform}" for t in tags}))
+    filename = f"{project}-{version}-{tag}.whl"
+    new_info = f"{project}-{version}.dist-info"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # Same folder as the result, so the final rename is atomic; WheelFile
+    # needs the real file name, so the temporary part is the folder.
+    scratch = Path(tempfile.mkdtemp(prefix=".ds4x-", dir=out_dir))
+    tmp = scratch / filename
+    try:
+        with zipfile.ZipFile(base_wheel) as src, _source_date(epoch), WheelFile(tmp, "w") as out:
+            old_info = _dist_info(src.namelist())
+            pending = dict(replace)
+            for item in src.infolist():
+                arcname = item.filename
+                if arcname == f"{old_info}/RECORD" or arcname.endswith("/"):
+                    continue
+                data = pending.pop(arcname) if arcname in pending else src.read(item)
+                if data is None:
+                    continue
+                if arcname.startswith(old_info + "/"):
+                    arcname = new_info + arcname[len(old_info) :]
+                    if arcname == f"{new_info}/METADATA":
+                        data = _metadata(data.decode(), version).encode()
+                out.writestr(_entry(arcname, epoch), data)
+            for arcname, data in sorted(pending.items()):
+                if data is not None:
+                    out.writestr(_entry(arcname, epoch), data)
+            record = {**provenance, "project": str(name), "version": version, "tool_version": __version__}
+            out.writestr(_entry(f"{new_info}/{PROVENANCE}", epoch), json.dumps(record, indent=2, sort_keys=True) + "\n")
+        dest = out_dir / filename
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    sha = hashlib.sha256(dest.read_bytes()).hexdigest()
+    return Built(path=dest, project=str(canonicalize_name(name)), version=version, sha256=sha)
+
+
+def wheel_version(path: Path) -> str:
+    return str(parse_wheel_filename(path.name)[1])
+
+
+def read_member(path: Path, arcname: str) -> bytes | None:
+    with zipfile.ZipFile(path) as zf:
+        try:
+            return zf.read(arcname)
+        except KeyError:
+            return None
+
+
+def write_constraints(dist: Path, built: list[Built]) -> Path:
+    """`name==version --hash=sha256:...`; lines for projects not rebuilt now stay."""
+    path = dist / "constraints.txt"
+    lines: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line and not line.startswith("#"):
+                lines[line.split("==", 1)[0]] = line
+    for b in built:
+        lines[b.project] = f"{b.project}=={b.version} --hash=sha256:{b.sha256}"
+    text = "# ds4x wheels, pinned by hash: pip install -c dist/constraints.txt ...\n"
+    text += "".join(f"{lines[k]}\n" for k in sorted(lines))
+    tmp = path.with_name(".constraints.txt.part")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ds4x import sources
+from ds4x.errors import Ds4xError, InputError
+from ds4x.pins import Artifact
+
+
+def test_mirrors_from_option_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DS4X_MIRRORS", "https://github.com/a/b=/srv/b.git  https://github.com/c=file:///m/c")
+    mirrors = sources.parse_mirrors(["https://github.com/a/b=/opt/b"])
+    assert mirrors == {"https://github.com/a/b": "/opt/b", "https://github.com/c": "file:///m/c"}
+
+
+@pytest.mark.parametrize("spec", ["https://github.com/a/b", "=x", "https://github.com/a/b="])
+def test_bad_mirror_spec(spec: str) -> None:
+    with pytest.raises(InputError, match="is not UPSTREAM=REPLACEMENT") as caught:
+        sources.parse_mirrors([spec])
+    assert spec in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("https://github.com/guqiong96/Lvllmds4-x", "/srv/fork.git"),
+        ("https://github.com/guqiong96/Lvllmds4-x.git", "/srv/fork.git"),
+        ("https://github.com/vllm-project/vllm", "http://mirror.local/gh/vllm-project/vllm"),
+        ("https://gitlab.com/x/y", "https://gitlab.com/x/y"),
+        ("https://github.com/guqiong96/Lvllmds4-xyz", "http://mirror.local/gh/guqiong96/Lvllmds4-xyz"),
+    ],
+)
+def test_longest_prefix_wins(url: str, expected: str) -> None:
+    mirrors = {"https://github.com": "http://mirror.local/gh", "https://github.com/guqiong96/Lvllmds4-x": "/srv/fork.git"}
+    assert sources.resolve_url(url, mirrors) == expected
+
+
+def test_cache_dir_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DS4X_CACHE_DIR", str(tmp_path / "c"))
+    assert sources.default_cache() == tmp_path / "c"
+    monkeypatch.delenv("DS4X_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert sources.default_cache() == tmp_path / "xdg" / "ds4x"
+
+
+PAYLOAD = b"pretend wheel bytes\n" * 100
+
+
+@pytest.fixture
+def index(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A PEP 691 simple index on loopback serving one file."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/simple/demo/":
+                body = json.dumps({"files": [{"filename": "demo-1.0.whl", "url": "../../files/demo-1.0.whl"}]}).encode()
+                kind = "application/vnd.pypi.simple.v1+json"
+            elif self.path == "/files/demo-1.0.whl":
+                body, kind = PAYLOAD, "application/octet-stream"
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_port}/simple")
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+def artifact(sha: str) -> Artifact:
+    return Artifact(project="demo", version="1.0", filename="demo-1.0.whl", sha256=sha)
+
+
+def test_download_checks_sha256_and_caches(index: str, tmp_path: Path) -> None:
+    settings = sources.Settings(cache=tmp_path)
+    good = artifact(hashlib.sha256(PAYLOAD).hexdigest())
+    path = sources.download(good, settings)
+    assert path.read_bytes() == PAYLOAD
+    offline = sources.Settings(cache=tmp_path, offline=True)
+    assert sources.download(good, offline) == path
+
+
+def test_download_sha_mismatch_leaves_nothing(index: str, tmp_path: Path) -> None:
+    with pytest.raises(Ds4xError, match="does not match the pin " + "0" * 64):
+        sources.download(artifact("0" * 64), sources.Settings(cache=tmp_path))
+    assert list((tmp_path / "downloads").iterdir()) == []
+
+
+def test_offline_without_cache(tmp_path: Path) -> None:
+    with pytest.raises(Ds4xError, match="demo-1.0.whl is not in the cache") as caught:
+        sources.download(artifact("0" * 64), sources.Settings(cache=tmp_path, offline=True))
+    assert caught.value.hint == "run once without --offline"
+
+
+def test_network_down(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    with pytest.raises(Ds4xError, match="cannot download demo-1.0.whl"):
+        sources.download(artifact("0" * 64), sources.Settings(cache=tmp_path))
+    assert list((tmp_path / "downloads").iterdir()) == []

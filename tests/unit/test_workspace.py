@@ -1,0 +1,170 @@
+"""apply / refresh / check / export / fetch against real git repositories."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ds4x.cli import main
+from tests.conftest import UPSTREAM_URL, cli_args, git
+
+Repo = tuple[Path, str]
+
+MESSAGE = """demo: exact lookup
+
+Substring matches pick stubs.
+
+Origin: vendor, ds4x
+Forwarded: no
+"""
+
+
+def run(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo, *args: str) -> tuple[int, str, str]:
+    code = main(cli_args(project, tmp_path, git_repo, *args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def make_patch(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> Path:
+    """The developer loop: apply, edit, commit, refresh."""
+    assert run(capsys, project, tmp_path, git_repo, "apply", "--target", "demo")[0] == 0
+    tree = project / "work" / "demo"
+    (tree / "demo/lookup.py").write_text("def find(name):\n    return name == 'libcudart.so'\n\n\nLIMIT = 1\n")
+    git(tree, "commit", "-qam", MESSAGE)
+    code, out, _ = run(capsys, project, tmp_path, git_repo, "refresh", "--target", "demo")
+    assert code == 0, out
+    return tree
+
+
+def test_fetch_through_mirror_is_sparse_and_verified(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    code, out, _ = run(capsys, project, tmp_path, git_repo, "fetch")
+    assert code == 0
+    cached = tmp_path / "cache" / "git" / f"demo-{git_repo[1][:12]}"
+    assert out == f"demo: {cached} @ {git_repo[1]}\n"
+    assert (cached / "demo/lookup.py").exists()
+    assert not (cached / "docs").exists()  # never needed, maybe missing from the mirror
+
+
+def test_shallow_fetch_over_file_url(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    args = [*cli_args(project, tmp_path, git_repo, "fetch")[:-2], "--mirror", f"{UPSTREAM_URL}=file://{git_repo[0]}"]
+    assert main(args) == 0
+    cached = tmp_path / "cache" / "git" / f"demo-{git_repo[1][:12]}"
+    assert git(cached, "rev-parse", "HEAD") == git_repo[1]
+    assert git(cached, "rev-list", "--count", "HEAD") == "1"  # the pinned commit only
+    assert (cached / ".git" / "shallow").exists()
+
+
+def test_dirty_cache_is_refused(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    run(capsys, project, tmp_path, git_repo, "fetch")
+    cached = tmp_path / "cache" / "git" / f"demo-{git_repo[1][:12]}"
+    (cached / "README.md").write_text("edited in the cache\n")
+    code, _, err = run(capsys, project, tmp_path, git_repo, "fetch")
+    assert code == 1
+    assert f"error: cache entry {cached} has local changes" in err
+    assert f"hint: delete {cached} and run again" in err
+
+
+def test_unreachable_upstream_is_one_clear_error(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    args = [*cli_args(project, tmp_path, git_repo, "fetch")[:-2], "--mirror", f"{UPSTREAM_URL}=http://127.0.0.1:9/demo"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert f"error: cannot fetch {git_repo[1][:12]} from http://127.0.0.1:9/demo" in err
+    assert "hint: check the network, map the URL to a mirror" in err
+    assert list((tmp_path / "cache" / "git").iterdir()) == []  # no half-fetched entry
+
+
+def test_offline_with_empty_cache(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    code, _, err = run(capsys, project, tmp_path, git_repo, "fetch", "--offline")
+    assert code == 1
+    assert f"demo-{git_repo[1][:12]} is not in the cache" in err
+
+
+def test_refresh_writes_dep3_patch_and_series(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    tree = make_patch(capsys, project, tmp_path, git_repo)
+    folder = project / "patches" / "demo"
+    assert (folder / "series").read_text() == "demo-exact-lookup.patch\n"
+    text = (folder / "demo-exact-lookup.patch").read_text()
+    assert text.startswith("From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n")
+    assert "Subject: demo: exact lookup\n" in text and "Forwarded: no\n" in text
+    assert "extra.py" not in text  # overlay files stay out of patches
+    assert (tree / "demo" / "extra.py").read_text() == "ANSWER = 42\n"
+
+
+def test_check_round_trip_is_byte_identical(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    make_patch(capsys, project, tmp_path, git_repo)
+    before = (project / "patches/demo/demo-exact-lookup.patch").read_bytes()
+    code, out, _ = run(capsys, project, tmp_path, git_repo, "check")
+    assert (code, out) == (0, "demo: ok\n")
+    # a hand edit that still applies but no longer round-trips is caught
+    edited = re.sub(rb"index ([0-9a-f]{7})[0-9a-f]{33}\.\.([0-9a-f]{7})[0-9a-f]{33}", rb"index \1..\2", before)
+    assert edited != before
+    (project / "patches/demo/demo-exact-lookup.patch").write_bytes(edited)
+    code, out, err = run(capsys, project, tmp_path, git_repo, "check")
+    assert (code, out) == (1, "demo: FAILED\n")
+    assert "demo-exact-lookup.patch: re-export differs" in err
+
+
+def test_unlisted_patch_fails_check(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    make_patch(capsys, project, tmp_path, git_repo)
+    (project / "patches/demo/stray.patch").write_text("x")
+    code, _, err = run(capsys, project, tmp_path, git_repo, "check")
+    assert code == 1 and "stray.patch: not listed in series" in err
+
+
+def test_patch_that_does_not_apply_names_file_and_hunk(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    make_patch(capsys, project, tmp_path, git_repo)
+    upstream, _ = git_repo
+    (upstream / "demo/lookup.py").write_text("def find(name):\n    return 'cudart' in name\n\n\nLIMIT = 1\n")
+    git(upstream, "commit", "-qam", "upstream moved")
+    new = git(upstream, "rev-parse", "HEAD")
+    pins = project / "pins.toml"
+    pins.write_text(pins.read_text().replace(git_repo[1], new))
+    code, _, err = run(capsys, project, tmp_path, git_repo, "check")
+    assert code == 1
+    assert f"demo-exact-lookup.patch: does not apply to demo @ {new[:12]}: hunk at demo/lookup.py:1" in err
+    assert "hint: rebase it: `build.py apply --target demo`" in err
+
+
+def test_patch_already_upstream_is_reported(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    tree = make_patch(capsys, project, tmp_path, git_repo)
+    upstream, _ = git_repo
+    (upstream / "demo/lookup.py").write_text((tree / "demo/lookup.py").read_text())
+    git(upstream, "commit", "-qam", "upstream took our fix")
+    new = git(upstream, "rev-parse", "HEAD")
+    pins = project / "pins.toml"
+    pins.write_text(pins.read_text().replace(git_repo[1], new))
+    code, _, err = run(capsys, project, tmp_path, git_repo, "check")
+    assert code == 1
+    assert f"demo-exact-lookup.patch: already applied upstream (the pinned source) at demo @ {new[:12]}" in err
+    assert "hint: delete line 1 of" in err
+
+
+def test_apply_refuses_existing_tree_and_leaves_none_on_failure(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    make_patch(capsys, project, tmp_path, git_repo)
+    code, _, err = run(capsys, project, tmp_path, git_repo, "apply", "--target", "demo")
+    assert code == 1 and "work/demo exists" in err
+    (project / "patches/demo/demo-exact-lookup.patch").write_text("not a patch\n")
+    code, _, err = run(capsys, project, tmp_path, git_repo, "apply", "--target", "demo", "--dir", str(tmp_path / "t2"))
+    assert code == 2 and "not a git format-patch file" in err
+    assert not (tmp_path / "t2").exists() and not (tmp_path / "t2.part").exists()
+
+
+def test_export_writes_upstream_ready_files_and_mbox(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    make_patch(capsys, project, tmp_path, git_repo)
+    out = tmp_path / "out"
+    assert run(capsys, project, tmp_path, git_repo, "export", "--target", "demo", "--output", str(out))[0] == 0
+    (exported,) = out.iterdir()
+    assert exported.name == "0001-demo-exact-lookup.patch"
+    text = exported.read_text()
+    assert "Subject: [PATCH] demo: exact lookup" in text and " 1 file changed" in text
+    mbox = tmp_path / "series.mbox"
+    assert run(capsys, project, tmp_path, git_repo, "export", "--target", "demo", "--mbox", str(mbox))[0] == 0
+    assert mbox.read_text() == text
+
+
+def test_unknown_target_exit_code(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    code, _, err = run(capsys, project, tmp_path, git_repo, "fetch", "--target", "nope")
+    assert code == 2
+    assert err == "error: unknown target 'nope'\nhint: choose one of: demo\n"
