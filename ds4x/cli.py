@@ -9,11 +9,20 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ds4x import __version__, builder, gitops, log, pins, series, sources, wheel, workspace
+from typing import TYPE_CHECKING
+
+from ds4x import __version__, log, pins
 from ds4x.errors import EXIT_INTERRUPTED, Ds4xError
 from ds4x.log import logger
 
+if TYPE_CHECKING:
+    from ds4x import sources, workspace
+
+# Build commands import GitPython, packaging and wheel on use, so that `doctor`
+# and `provenance` run with any deployment Python, where only vLLM is installed.
+
 ROOT = Path(__file__).resolve().parent.parent
+LIGHT_COMMANDS = ("doctor", "provenance", "plan")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +43,8 @@ def _targets(parser: argparse.ArgumentParser, help_default: str) -> None:
 
 
 def _settings(args: argparse.Namespace) -> sources.Settings:
+    from ds4x import sources
+
     return sources.Settings(
         cache=args.cache_dir or sources.default_cache(),
         mirrors=sources.parse_mirrors(args.mirror),
@@ -44,6 +55,8 @@ def _settings(args: argparse.Namespace) -> sources.Settings:
 
 def _layout(args: argparse.Namespace) -> workspace.Layout:
     """Series and overlays live beside the pins file."""
+    from ds4x import workspace
+
     return workspace.Layout(patches=args.pins.parent / "patches", overlays=args.pins.parent / "overlay")
 
 
@@ -66,6 +79,8 @@ def _one(args: argparse.Namespace) -> pins.Target:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
+    from ds4x import sources
+
     for target in _chosen(args):
         base = sources.fetch(target, _settings(args))
         print(f"{target.name}: {base.repo} @ {base.commit}")
@@ -73,6 +88,8 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
+    from ds4x import sources, workspace
+
     target = _one(args)
     dest = _work_dir(args, target)
     base = sources.fetch(target, _settings(args))
@@ -83,6 +100,8 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_refresh(args: argparse.Namespace) -> int:
+    from ds4x import workspace
+
     target = _one(args)
     tree = _work_dir(args, target)
     names = workspace.refresh(tree, _layout(args), target.name)
@@ -92,6 +111,8 @@ def cmd_refresh(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Upstream-ready format-patch files (numbered, with diffstat) or one mbox."""
+    from ds4x import series, sources, workspace
+
     target = _one(args)
     base = sources.fetch(target, _settings(args))
     with workspace.patched_tree(base, _layout(args), with_overlay=False) as tree:
@@ -109,6 +130,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from ds4x import sources, workspace
+
     failed = 0
     for target in _chosen(args, all_by_default=True):
         base = sources.fetch(target, _settings(args))
@@ -122,6 +145,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_wheel(args: argparse.Namespace) -> int:
+    from ds4x import builder, wheel
+
     targets = _chosen(args)
     if args.kernels and len(targets) != 1:
         raise Ds4xError("--kernels applies to one target", "add --target", exit_code=2)
@@ -203,7 +228,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     log.setup(-1 if args.quiet else args.verbose)
-    gitops.isolate_environ()
+    if args.command not in LIGHT_COMMANDS:
+        from ds4x import gitops
+
+        gitops.isolate_environ()
     try:
         return int(args.func(args))
     except Ds4xError as e:

@@ -8,8 +8,10 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 logger = logging.getLogger("ds4x")
 
@@ -45,6 +47,8 @@ def step(title: str) -> Iterator[None]:
 
 def progress(total: int | None, desc: str, unit: str = "B") -> tqdm:
     """A byte progress bar on stderr, hidden under -q or when not a TTY."""
+    from tqdm import tqdm
+
     return tqdm(
         total=total,
         desc=f"  {desc}",

@@ -13,7 +13,7 @@ from ds4x import log
 def isolated_git(monkeypatch: pytest.MonkeyPatch) -> None:
     """What gitops.isolate_environ does for the CLI, undone after each test."""
     for key in list(os.environ):
-        if key.startswith("GIT_") or key == "DS4X_MIRRORS":
+        if key.startswith("GIT_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)

