@@ -72,6 +72,11 @@ def verify_head(repo: Repo, commit: str, what: str) -> None:
 
 
 def sparse_checkout(repo: Repo, commit: str) -> None:
+    # As a partial clone, git lets objects outside the sparse set be missing
+    # when it writes trees (commit, am): mirrors may lack big docs blobs.
+    for key, value in (("core.repositoryformatversion", "1"), ("extensions.partialClone", "origin"),
+                       ("remote.origin.promisor", "true")):
+        run(repo, "config", key, value)
     run(repo, "sparse-checkout", "set", "--no-cone", *SPARSE_PATTERNS)
     run(repo, "checkout", "--quiet", "--detach", commit)
 

@@ -3,6 +3,7 @@ the pinned 0.6.12 function (to show the bug) and ours, from the built wheel."""
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import importlib.util
 import io
@@ -11,6 +12,7 @@ from types import ModuleType
 
 import pytest
 
+from ds4x import pins, sources
 from tests.integration.conftest import extract
 
 pytestmark = pytest.mark.network
@@ -83,3 +85,48 @@ def test_pinned_function_shows_the_bug(case: str, modules: tuple[ModuleType, Mod
 def test_patched_function_matches_the_file_name(case: str, modules: tuple[ModuleType, ModuleType], monkeypatch: pytest.MonkeyPatch) -> None:
     lines, _, patched = CASES[case]
     assert lookup(modules[1], lines, monkeypatch) == patched
+
+
+def vllm_lookup(tree: Path) -> ModuleType:
+    """vLLM's own find_loaded_library, compiled alone from the pinned tree
+    (vllm.utils imports the engine; the function needs only `open`)."""
+    source = (tree / "vllm/utils/system_utils.py").read_text()
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "find_loaded_library")
+    module = ModuleType("vllm_system_utils")
+    exec(compile(ast.Module(body=[node], type_ignores=[]), "system_utils.py", "exec"), module.__dict__)
+    return module
+
+
+HIJACKS = ("stub mapped first", "libstub_cudart is never libcudart", "static helper first",
+           "directory containing the name", "name-mangled with hash", "only the real library")
+
+
+FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
+NO_MIRROR = f"DS4X_MIRRORS does not map {FORK_URL}; GitHub is unreachable here"
+TREES = [
+    pytest.param("vllm", id="vllm-sdist"),
+    pytest.param("lvllmds4-x", id="lvllmds4-x", marks=[
+        pytest.mark.mirror, pytest.mark.skipif(FORK_URL not in sources.parse_mirrors([]), reason=NO_MIRROR)]),
+]
+
+
+@pytest.mark.parametrize("target", TREES)
+@pytest.mark.parametrize("case", HIJACKS)
+def test_vllm_copies_are_already_fixed(target: str, case: str, settings: sources.Settings, repo_pins: pins.Pins,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM 0.27.1 and the fork at its pin already match the file name (no patch needed)."""
+    base = sources.fetch(repo_pins.get(target), settings_with_mirrors(settings))
+    lines, _, patched = CASES[case]
+    assert lookup(vllm_lookup(base.repo), lines, monkeypatch) == patched
+
+
+def settings_with_mirrors(settings: sources.Settings) -> sources.Settings:
+    return sources.Settings(cache=settings.cache, mirrors=sources.parse_mirrors([]))
+
+
+@pytest.mark.parametrize("target", TREES)
+def test_no_other_copy_reads_proc_maps(target: str, settings: sources.Settings, repo_pins: pins.Pins) -> None:
+    base = sources.fetch(repo_pins.get(target), settings_with_mirrors(settings))
+    readers = sorted(p.relative_to(base.repo).as_posix() for p in (base.repo / "vllm").rglob("*.py")
+                     if "/proc/self/maps" in p.read_text(errors="replace"))
+    assert readers == ["vllm/utils/system_utils.py"]

@@ -17,7 +17,6 @@ from ds4x.cli import main
 from tests.integration.conftest import ROOT
 
 pytestmark = pytest.mark.network
-FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
 
 
 def test_flashinfer_series_checks(capsys: pytest.CaptureFixture[str]) -> None:
@@ -76,12 +75,3 @@ def test_vllm_wheel_installs_and_reports_provenance(tmp_path: Path, repo_pins: p
     assert set(provenance["overlay"]) <= {p.relative_to(site).as_posix() for p in (site / "vllm" / "ds4x").rglob("*.py")}
 
 
-def fork_mirror() -> str | None:
-    return sources.parse_mirrors([]).get(FORK_URL)
-
-
-@pytest.mark.mirror
-@pytest.mark.skipif(fork_mirror() is None, reason=f"DS4X_MIRRORS does not map {FORK_URL}; GitHub is unreachable here")
-def test_fork_series_checks_through_the_mirror(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check", "--target", "lvllmds4-x"]) == 0
-    assert capsys.readouterr().out == "lvllmds4-x: ok\n"

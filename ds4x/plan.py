@@ -1,0 +1,147 @@
+"""`plan`: will DeepSeek-V4-Flash fit, which MoE layers stay on the GPU, how fast can decode go.
+
+The arithmetic is the fork overlay's own (overlay/lvllmds4-x/vllm/ds4x/moe_placement.py),
+loaded from its file: the plan and the running engine cannot disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from ds4x.errors import Ds4xError, InputError
+
+PLACEMENT = Path(__file__).resolve().parent.parent / "overlay/lvllmds4-x/vllm/ds4x/moe_placement.py"
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples/deepseek-v4-flash/config.json"
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)?", re.I)
+_UNITS = {None: 1024**3, "gib": 1024**3, "gb": 10**9, "mib": 1024**2, "mb": 10**6}
+
+
+def placement_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ds4x_moe_placement", PLACEMENT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def size(text: str) -> int:
+    """`32`, `32GiB`, `31.5 GB`: bytes (a bare number is GiB)."""
+    found = _SIZE.fullmatch(text.strip())
+    if not found:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 32GiB or 31.5GB")
+    return int(float(found[1]) * _UNITS[found[2].lower() if found[2] else None])
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", type=Path, default=EXAMPLE, help="model config.json (default: DeepSeek-V4-Flash example)")
+    p.add_argument("--gpu-mem", type=size, default=size("32GiB"), help="memory of one GPU (default: 32GiB, RTX 5090)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.92, help="vLLM's setting (default: 0.92)")
+    p.add_argument("--max-model-len", type=int, default=1048576, help="tokens (default: 1048576)")
+    p.add_argument("--kv-cache-dtype", default="fp8_ds_mla", help="fp8_ds_mla (default), fp8 or auto")
+    p.add_argument("--max-num-seqs", type=int, default=1, help="requests whose KV must fit (default: 1)")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
+    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size")
+    p.add_argument("--draft-layers", type=int, help="MTP/DSpark layers (default: from the config; DSpark: 3)")
+    p.add_argument("--cpu-draft-layers", action="store_true", help="keep draft layers on the CPU")
+    p.add_argument("--reserve", type=size, default=size("1.5GiB"), help="activations, CUDA graphs (default: 1.5GiB)")
+    p.add_argument("--ram-bandwidth", type=size, default=size("89.6GB"), help="bytes/s (default: 89.6GB, DDR5-5600 x2)")
+    p.add_argument("--verify-tokens", type=int, default=1, help="tokens per decode step (1 + draft depth)")
+    p.add_argument("--routing-stats", type=Path, help='JSON {"<layer>": [count per expert, ...]} to rank layers')
+    p.add_argument("--plot", type=Path, help="write a PNG of the decode ceiling against resident layers")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def _load_json(path: Path, what: str) -> dict:
+    try:
+        return dict(json.loads(path.read_text(encoding="utf-8")))
+    except FileNotFoundError:
+        raise InputError(f"{what} {path}: not found") from None
+    except ValueError as e:
+        raise InputError(f"{what} {path}: {e}", "give a JSON file") from None
+
+
+def compute(args: argparse.Namespace) -> dict:
+    mp = placement_module()
+    config = _load_json(args.config, "--config")
+    try:
+        shape = mp.model_shape(config, num_draft_layers=args.draft_layers)
+        routing = None
+        if args.routing_stats:
+            routing = {int(k): v for k, v in _load_json(args.routing_stats, "--routing-stats").items()}
+        plan = mp.budget(shape, gpu_bytes=args.gpu_mem, gpu_memory_utilization=args.gpu_memory_utilization,
+                         max_model_len=args.max_model_len, kv_dtype=args.kv_cache_dtype,
+                         max_num_seqs=args.max_num_seqs, tp_size=args.tp, pp_size=args.pp,
+                         reserve_bytes=args.reserve, draft_resident=not args.cpu_draft_layers)
+        choice = mp.choose_auto(shape, max(plan.for_resident_layers, 0), args.tp, args.verify_tokens, routing)
+    except (mp.PlacementError, KeyError) as e:
+        raise InputError(f"{args.config}: {e}", "check the config.json and the plan options") from None
+    ceiling = [mp.decode_ceiling(shape, n, args.ram_bandwidth, args.verify_tokens) for n in range(len(shape.moe_layers) + 1)]
+    return {
+        "shape": shape, "budget": plan, "choice": choice, "ceiling": ceiling, "mp": mp,
+    }
+
+
+def table(args: argparse.Namespace, result: dict) -> str:
+    shape, plan, choice, ceiling, mp = (result[k] for k in ("shape", "budget", "choice", "ceiling", "mp"))
+    gib = mp.GIB
+    fits = len(choice.layers)
+    rows = [
+        ("GPU memory usable", f"{args.gpu_mem / gib:.2f} GiB x {args.gpu_memory_utilization} = {plan.usable / gib:.2f} GiB"),
+        ("non-expert weights", f"{plan.non_expert / gib:.2f} GiB"),
+        (f"KV cache ({args.max_model_len} tokens, {args.kv_cache_dtype}, {args.max_num_seqs} seq)", f"{plan.kv_cache / gib:.2f} GiB"),
+        ("reserve (activations, graphs)", f"{plan.reserve / gib:.2f} GiB"),
+        (f"draft layers ({shape.num_draft_layers}, {'CPU' if args.cpu_draft_layers else 'GPU'})", f"{plan.draft_layers / gib:.2f} GiB"),
+        ("left for resident MoE layers", f"{plan.for_resident_layers / gib:.2f} GiB"),
+        (f"MoE layer ({shape.n_routed_experts} experts x {shape.expert_bytes / 2**20:.2f} MiB)", f"{shape.layer_bytes / args.tp / gib:.2f} GiB per GPU"),
+        ("resident layers that fit", f"{fits}: {','.join(map(str, choice.layers)) or 'none'}"),
+        (f"decode ceiling, all {len(shape.moe_layers)} MoE layers on CPU", f"{ceiling[0]:.1f} tok/s"),
+        (f"decode ceiling, {fits} resident", f"{ceiling[fits]:.1f} tok/s ({ceiling[fits] / ceiling[0] - 1:+.1%})"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    lines.append(f"why: {choice.reason}")
+    lines.append(f"RAM bandwidth {args.ram_bandwidth / 1e9:.1f} GB/s, {args.verify_tokens} token(s) verified per step")
+    return "\n".join(lines)
+
+
+def plot(path: Path, ceiling: list[float], fits: int) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise Ds4xError("--plot needs matplotlib", "pip install 'ds4x[plot]'") from None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(range(len(ceiling)), ceiling, marker=".")
+    ax.axvline(fits, color="tab:red", linestyle="--", label=f"{fits} fit in VRAM")
+    ax.set_xlabel("resident MoE layers")
+    ax.set_ylabel("decode ceiling (tok/s)")
+    ax.set_title("RAM-bandwidth bound on decode")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(args: argparse.Namespace) -> int:
+    result = compute(args)
+    if args.json:
+        plan, choice = result["budget"], result["choice"]
+        print(json.dumps({"usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
+                          "reserve": plan.reserve, "draft_layers": plan.draft_layers,
+                          "for_resident_layers": plan.for_resident_layers, "resident": list(choice.layers),
+                          "ceiling_all_cpu": result["ceiling"][0],
+                          "ceiling_resident": result["ceiling"][len(choice.layers)]}, indent=2))
+    else:
+        print(table(args, result))
+    if args.plot:
+        plot(args.plot, result["ceiling"], len(result["choice"].layers))
+        print(f"plot: {args.plot}")
+    return 0

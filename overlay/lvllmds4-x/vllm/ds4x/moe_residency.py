@@ -1,0 +1,85 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Engine side of resident-MoE placement: environment + vLLM config -> one
+Placement per process, decided before the first expert weight is created and
+logged once. The arithmetic lives in vllm.ds4x.moe_placement."""
+
+import os
+
+from vllm.ds4x import moe_placement as mp
+from vllm.logger import init_logger
+
+logger = init_logger(__name__)
+
+_placement: mp.Placement | None = None
+
+
+def _draft_layers(vllm_config) -> int:
+    spec = vllm_config.speculative_config
+    if spec is None or spec.draft_model_config is None:
+        return 0
+    draft = spec.draft_model_config.hf_config
+    return int(getattr(draft, "n_mtp_layers", None) or getattr(draft, "num_nextn_predict_layers", None) or 0)
+
+
+def read_env() -> tuple[mp.Selection, bool]:
+    """Both variables, parsed whole: a typo fails here, before any GPU work."""
+    selection = mp.parse_layers(os.environ.get(mp.LAYERS_ENV))
+    return selection, mp.parse_flag(os.environ.get(mp.DRAFT_ENV), mp.DRAFT_ENV, default=True)
+
+
+def decide(vllm_config, selection: mp.Selection, draft_resident: bool) -> mp.Placement:
+    """Size the budget from this GPU, place, explain."""
+    import torch
+
+    hf = vllm_config.model_config.hf_text_config.to_dict()
+    shape = mp.model_shape(hf, num_draft_layers=_draft_layers(vllm_config))
+    parallel = vllm_config.parallel_config
+    spec = vllm_config.speculative_config
+    _, total = torch.cuda.mem_get_info()
+    plan = mp.budget(
+        shape,
+        gpu_bytes=total,
+        gpu_memory_utilization=vllm_config.cache_config.gpu_memory_utilization,
+        max_model_len=vllm_config.model_config.max_model_len,
+        kv_dtype=vllm_config.cache_config.cache_dtype,
+        tp_size=parallel.tensor_parallel_size,
+        pp_size=parallel.pipeline_parallel_size,
+        draft_resident=draft_resident,
+    )
+    placement = mp.place(
+        selection,
+        shape,
+        plan,
+        draft_resident=draft_resident,
+        tp_size=parallel.tensor_parallel_size,
+        verify_tokens=1 + (spec.num_speculative_tokens if spec else 0),
+    )
+    logger.info("ds4x MoE placement: %s", mp.summary(shape, placement, plan, parallel.tensor_parallel_size))
+    return placement
+
+
+def current() -> mp.Placement:
+    global _placement
+    if _placement is None:
+        selection, draft_resident = read_env()
+        from vllm.config import get_current_vllm_config
+
+        _placement = decide(get_current_vllm_config(), selection, draft_resident)
+    return _placement
+
+
+def is_resident_layer(layer_name: str) -> bool:
+    return current().is_resident(layer_name)
+
+
+def is_draft_layer(layer_name: str) -> bool:
+    return mp.is_draft_layer(layer_name, current().num_hidden_layers)
+
+
+def prefetch_window() -> int:
+    return mp.parse_positive_int(os.environ.get(mp.PREFETCH_ENV), mp.PREFETCH_ENV, mp.DEFAULT_PREFETCH_WINDOW)
+
+
+def prefill_min_batch() -> int:
+    return mp.parse_positive_int(os.environ.get(mp.PREFILL_MIN_ENV), mp.PREFILL_MIN_ENV, 0)

@@ -1,0 +1,50 @@
+"""The patched Lvllmds4-x source itself (needs a mirror of the fork: DS4X_MIRRORS)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ds4x import sources
+from ds4x.cli import main
+
+FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
+pytestmark = [
+    pytest.mark.mirror,
+    pytest.mark.skipif(FORK_URL not in sources.parse_mirrors([]),
+                       reason=f"DS4X_MIRRORS does not map {FORK_URL}; GitHub is unreachable here"),
+]
+
+
+@pytest.fixture(scope="module")
+def patched_fork(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tree = tmp_path_factory.mktemp("fork") / "lvllmds4-x"
+    assert main(["apply", "--target", "lvllmds4-x", "--dir", str(tree), "-q"]) == 0
+    return tree
+
+
+def test_fork_series_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--target", "lvllmds4-x"]) == 0
+    assert capsys.readouterr().out == "lvllmds4-x: ok\n"
+
+
+def test_patched_envs_hooks(patched_fork: Path) -> None:
+    probe = Path(__file__).with_name("fork_probe.py")
+    done = subprocess.run([sys.executable, probe, patched_fork], capture_output=True, text=True, check=True)
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["0,x"].startswith("LVLLM_GPU_RESIDENT_MOE_LAYERS='0,x': 'x' is not N or A-B")
+    assert out["3-1"].startswith("LVLLM_GPU_RESIDENT_MOE_LAYERS='3-1': '3-1' runs backwards")
+    assert out["-1"].startswith("LVLLM_GPU_RESIDENT_MOE_LAYERS='-1': '-1' is not N or A-B")
+    assert out["prefetch ''"] == 3 and out["prefetch '5'"] == 5
+    assert out["prefetch 'x'"] == "LVLLM_GPU_PREFETCH_WINDOW='x': expected an integer >= 0"
+    # [resident, cpu, draft] for layer 0, layer 2 and DSpark layer 43
+    assert out["drafts_on_gpu=True"] == {
+        "model.layers.0.ffn.experts": [True, False, False],
+        "model.layers.2.ffn.experts": [False, True, False],
+        "model.layers.43.ffn.experts": [True, False, True],
+    }
+    assert out["drafts_on_gpu=False"]["model.layers.43.ffn.experts"] == [False, True, True]
