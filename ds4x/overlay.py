@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import shutil
+import sys
 from pathlib import Path
+from types import ModuleType
 
 from ds4x.errors import InputError
 
@@ -37,3 +40,19 @@ def copy_into(files: dict[str, Path], tree: Path) -> None:
 
 def digest(files: dict[str, Path]) -> dict[str, str]:
     return {rel: hashlib.sha256(path.read_bytes()).hexdigest() for rel, path in sorted(files.items())}
+
+
+OVERLAYS = Path(__file__).resolve().parent.parent / "overlay"
+
+
+def load_module(relative: str) -> ModuleType:
+    """Import one of our pure-Python overlay modules straight from its file, so
+    the tool (plan) and the tests run the very code the wheels ship."""
+    path = OVERLAYS / relative
+    name = "ds4x_overlay_" + path.stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module

@@ -7,28 +7,21 @@ loaded from its file: the plan and the running engine cannot disagree.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 from ds4x.errors import Ds4xError, InputError
+from ds4x.overlay import load_module
 
-PLACEMENT = Path(__file__).resolve().parent.parent / "overlay/lvllmds4-x/vllm/ds4x/moe_placement.py"
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples/deepseek-v4-flash/config.json"
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)?", re.I)
 _UNITS = {None: 1024**3, "gib": 1024**3, "gb": 10**9, "mib": 1024**2, "mb": 10**6}
 
 
 def placement_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ds4x_moe_placement", PLACEMENT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_module("lvllmds4-x/vllm/ds4x/moe_placement.py")
 
 
 def size(text: str) -> int:

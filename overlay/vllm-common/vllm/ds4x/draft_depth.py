@@ -1,0 +1,328 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Per-request draft depth for speculative decoding: how many of the K_max
+drafted tokens each request verifies this step.
+
+Verifying a shorter prefix of the drafts is lossless (rejection sampling
+accepts a prefix anyway); drafting still produces K_max. Policies:
+
+- ``fixed``: every request verifies K_max drafts (vLLM's behaviour, the default).
+- ``phase``: ``reasoning_depth`` while a request is inside its reasoning
+  section, ``answer_depth`` after it.
+- ``adaptive``: per request and phase, an acceptance estimate per draft
+  position, and a table of step cost by tokens verified; picks the depth with
+  the most expected tokens per second, with hysteresis.
+
+A request may set its own depth with ``SamplingParams.extra_args["draft_depth"]``
+(OpenAI API: ``"vllm_xargs": {"draft_depth": 1}``).
+
+Configured inside ``--speculative-config``, e.g.
+``{"method": "ngram", "num_speculative_tokens": 2,
+"draft_depth": {"policy": "phase", "reasoning_depth": 1}}``.
+
+Pure Python: the policy is stats in, depth out, testable without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+POLICIES = ("fixed", "phase", "adaptive")
+REASONING, ANSWER = "reasoning", "answer"
+REQUEST_KEY = "draft_depth"
+
+
+class DraftDepthError(ValueError):
+    """A draft-depth setting that cannot work; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class DraftDepthConfig:
+    """The ``draft_depth`` object of ``--speculative-config``."""
+
+    policy: str = "fixed"
+    """One of fixed, phase, adaptive."""
+    reasoning_depth: int | None = None
+    """phase: drafts verified while reasoning (default 1)."""
+    answer_depth: int | None = None
+    """phase: drafts verified in the answer (default K_max)."""
+    min_depth: int = 0
+    """adaptive: lowest depth it may choose."""
+    step_cost: tuple[float, ...] | None = None
+    """adaptive: relative cost of a step verifying 1, 2, ... K_max+1 tokens per
+    request, used until live step timings replace it (default: flat)."""
+    prior_acceptance: float = 0.7
+    """adaptive: acceptance assumed per position before any is measured."""
+    smoothing: float = 0.03
+    """adaptive: weight of the newest observation in the running estimates."""
+    hysteresis: float = 0.01
+    """adaptive: switch only for more than this fraction of expected gain."""
+    hold_steps: int = 4
+    """adaptive: verifications between two switches of one request."""
+    probe_interval: int = 8
+    """adaptive: at depth 0 nothing is verified, so every this many steps one
+    draft is verified to keep the acceptance estimate current."""
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any] | None, k_max: int) -> DraftDepthConfig:
+        """Validate against K_max; every error names the field and the fix."""
+        raw = dict(raw or {})
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - names)
+        if unknown:
+            raise DraftDepthError(f"speculative_config.draft_depth: unknown field(s) {unknown}; known: {sorted(names)}")
+        if "step_cost" in raw and raw["step_cost"] is not None:
+            raw["step_cost"] = tuple(float(c) for c in raw["step_cost"])
+        config = cls(**raw)
+        config.check(k_max)
+        return config
+
+    def check(self, k_max: int) -> None:
+        where = "speculative_config.draft_depth"
+        if self.policy not in POLICIES:
+            raise DraftDepthError(f"{where}.policy={self.policy!r}: expected one of {', '.join(POLICIES)}")
+        for name in ("reasoning_depth", "answer_depth", "min_depth"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or not 0 <= value <= k_max):
+                raise DraftDepthError(f"{where}.{name}={value!r}: expected 0..{k_max} (num_speculative_tokens)")
+        if self.step_cost is not None and (
+            len(self.step_cost) != k_max + 1 or any(c <= 0 for c in self.step_cost)
+        ):
+            raise DraftDepthError(f"{where}.step_cost: expected {k_max + 1} positive costs (1..{k_max + 1} tokens verified)")
+        if (not 0 < self.prior_acceptance < 1 or not 0 < self.smoothing <= 1 or self.hysteresis < 0
+                or self.hold_steps < 0 or self.probe_interval < 1):
+            raise DraftDepthError(
+                f"{where}: prior_acceptance in (0,1), smoothing in (0,1], hysteresis >= 0, hold_steps >= 0, "
+                f"probe_interval >= 1"
+            )
+
+    @property
+    def needs_phase(self) -> bool:
+        return self.policy in ("phase", "adaptive")
+
+
+def request_depth(extra_args: Mapping[str, Any] | None, k_max: int) -> int | None:
+    """The client's own depth, if it set one; raises naming the bad value."""
+    if not extra_args or REQUEST_KEY not in extra_args:
+        return None
+    value = extra_args[REQUEST_KEY]
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= k_max:
+        raise DraftDepthError(f"extra_args.{REQUEST_KEY}={value!r}: expected an integer in 0..{k_max}")
+    return value
+
+
+class PhaseTracker:
+    """Reasoning or answer, from token ids: markers may span several tokens.
+
+    The prompt decides the start (a chat template that disables thinking has
+    already closed the section); then each end marker (``</think>``, and the
+    DeepSeek-V4 tool-call marker) ends reasoning and a start marker re-enters it.
+    """
+
+    def __init__(self, start_markers: Iterable[Sequence[int]], end_markers: Iterable[Sequence[int]]) -> None:
+        self.start = [tuple(m) for m in start_markers if m]
+        self.end = [tuple(m) for m in end_markers if m]
+        self.keep = max((len(m) for m in [*self.start, *self.end]), default=1) - 1
+
+    @staticmethod
+    def _last(ids: Sequence[int], markers: list[tuple[int, ...]]) -> int:
+        """End position of the last occurrence of any marker, -1 if none."""
+        best = -1
+        for marker in markers:
+            n = len(marker)
+            for i in range(len(ids) - n, best - n, -1):
+                if tuple(ids[i : i + n]) == marker:
+                    best = max(best, i + n)
+                    break
+        return best
+
+    def initial(self, prompt: Sequence[int]) -> tuple[str, tuple[int, ...]]:
+        """Reasoning unless the prompt's last marker closed it. Returns (phase, tail)."""
+        in_answer = self._last(prompt, self.end) > self._last(prompt, self.start)
+        tail = tuple(prompt[-self.keep :]) if self.keep else ()
+        return (ANSWER if in_answer else REASONING), tail
+
+    def feed(self, phase: str, tail: tuple[int, ...], new: Sequence[int]) -> tuple[str, tuple[int, ...]]:
+        window = [*tail]
+        for token in new:
+            window.append(token)
+            if any(tuple(window[-len(m) :]) == m for m in self.end):
+                phase = ANSWER
+            elif any(tuple(window[-len(m) :]) == m for m in self.start):
+                phase = REASONING
+            if len(window) > self.keep:
+                del window[: len(window) - self.keep]
+        return phase, tuple(window)
+
+
+def expected_tokens(acceptance: Sequence[float], depth: int) -> float:
+    """1 (the bonus token) + expected accepted prefix of `depth` drafts, with
+    conditional acceptance per position."""
+    total, survive = 1.0, 1.0
+    for p in acceptance[:depth]:
+        survive *= p
+        total += survive
+    return total
+
+
+@dataclass
+class Acceptance:
+    """Conditional acceptance per draft position, smoothed. A position that is
+    not being verified (the request runs shallower) fades toward the one
+    before it, so deeper depths are judged on current evidence."""
+
+    rates: list[float]
+    smoothing: float
+    weights: list[float] = field(default_factory=list)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        if not self.weights:
+            self.weights = [1.0] * len(self.rates)
+        observed = min(accepted + 1, drafted)
+        for position in range(len(self.rates)):
+            if position < observed:
+                hit = 1.0 if position < accepted else 0.0
+                self.rates[position] += self.smoothing * (hit - self.rates[position])
+                self.weights[position] += self.smoothing * (1.0 - self.weights[position])
+            else:
+                self.weights[position] *= 1.0 - self.smoothing
+
+    def estimate(self) -> list[float]:
+        out: list[float] = []
+        for position, rate in enumerate(self.rates):
+            weight = self.weights[position] if self.weights and position else 1.0
+            out.append(weight * rate + (1 - weight) * out[-1] if out else rate)
+        return out
+
+
+@dataclass
+class StepCosts:
+    """Seconds per step by tokens verified per request (1..K_max+1): the prior
+    from the config until live timings arrive, then running averages."""
+
+    prior: list[float]
+    smoothing: float
+    seen: dict[int, float] = field(default_factory=dict)
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        old = self.seen.get(tokens)
+        self.seen[tokens] = seconds if old is None else old + self.smoothing * (seconds - old)
+
+    def relative(self) -> list[float]:
+        """Cost of 1..K_max+1 tokens; unmeasured entries scaled from the prior."""
+        if not self.seen:
+            return list(self.prior)
+        scale = sum(self.seen[t] / self.prior[t - 1] for t in self.seen) / len(self.seen)
+        return [self.seen.get(t, self.prior[t - 1] * scale) for t in range(1, len(self.prior) + 1)]
+
+    def unmeasured(self) -> list[int]:
+        return [t for t in range(1, len(self.prior) + 1) if t not in self.seen]
+
+
+def best_depth(acceptance: Sequence[float], costs: Sequence[float], lo: int, hi: int) -> tuple[int, list[float]]:
+    """The depth with most expected tokens per unit of step cost, and all rates."""
+    rates = [expected_tokens(acceptance, d) / costs[d] for d in range(len(costs))]
+    candidates = range(lo, hi + 1)
+    return max(candidates, key=lambda d: (rates[d], -d)), rates
+
+
+@dataclass
+class RequestState:
+    phase: str
+    tail: tuple[int, ...]
+    override: int | None
+    depth: int
+    acceptance: dict[str, Acceptance]
+    since_switch: int = 0
+    unverified_steps: int = 0
+
+
+class DepthPolicy:
+    """One per scheduler: request state in, a depth per request out."""
+
+    def __init__(self, config: DraftDepthConfig, k_max: int, tracker: PhaseTracker | None) -> None:
+        if config.needs_phase and tracker is None:
+            raise DraftDepthError(
+                f"speculative_config.draft_depth.policy={config.policy!r} needs to know the reasoning "
+                f"phase: start vLLM with --reasoning-parser (e.g. deepseek_r1, deepseek_v4)"
+            )
+        self.config, self.k_max, self.tracker = config, k_max, tracker
+        prior = list(config.step_cost) if config.step_cost else [1.0] * (k_max + 1)
+        self.costs = StepCosts(prior=prior, smoothing=config.smoothing)
+        # engine-wide acceptance per phase seeds new requests
+        self.seed = {p: [config.prior_acceptance] * k_max for p in (REASONING, ANSWER)}
+        self.requests: dict[str, RequestState] = {}
+
+    def phase_depth(self, phase: str) -> int:
+        if self.config.policy == "phase":
+            wanted = self.config.reasoning_depth if phase == REASONING else self.config.answer_depth
+            default = 1 if phase == REASONING else self.k_max
+            return min(self.k_max, default if wanted is None else wanted)
+        return self.k_max
+
+    def add(self, request_id: str, prompt: Sequence[int], extra_args: Mapping[str, Any] | None) -> RequestState:
+        phase, tail = self.tracker.initial(prompt) if self.tracker else (ANSWER, ())
+        state = RequestState(
+            phase=phase,
+            tail=tail,
+            override=request_depth(extra_args, self.k_max),
+            depth=self.k_max,
+            acceptance={p: Acceptance(list(r), self.config.smoothing) for p, r in self.seed.items()},
+        )
+        state.depth = self._decide(state, force=True)
+        self.requests[request_id] = state
+        return state
+
+    def forget(self, request_id: str) -> None:
+        self.requests.pop(request_id, None)
+
+    def on_tokens(self, request_id: str, new: Sequence[int]) -> None:
+        """Every step's new tokens: the phase, and the probe at depth 0."""
+        state = self.requests.get(request_id)
+        if state is None or not new:
+            return
+        if self.tracker is not None:
+            phase, state.tail = self.tracker.feed(state.phase, state.tail, new)
+            if phase != state.phase:
+                state.phase = phase
+                state.depth = self._decide(state, force=True)
+        if state.depth == 0 and state.override is None and self.config.policy == "adaptive":
+            state.unverified_steps += 1
+            if state.unverified_steps >= self.config.probe_interval:
+                state.depth, state.unverified_steps = 1, 0
+
+    def on_verified(self, request_id: str, drafted: int, accepted: int) -> None:
+        state = self.requests.get(request_id)
+        if state is None or drafted <= 0:
+            return
+        state.acceptance[state.phase].observe(drafted, accepted)
+        seed = Acceptance(self.seed[state.phase], self.config.smoothing * 0.25)
+        seed.observe(drafted, accepted)
+        state.since_switch += 1
+        state.depth = self._decide(state)
+
+    def depth(self, request_id: str) -> int:
+        state = self.requests.get(request_id)
+        return self.k_max if state is None else state.depth
+
+    def phase(self, request_id: str) -> str | None:
+        state = self.requests.get(request_id)
+        return None if state is None else state.phase
+
+    def _decide(self, state: RequestState, force: bool = False) -> int:
+        if state.override is not None:
+            return state.override
+        if self.config.policy != "adaptive":
+            return self.phase_depth(state.phase)
+        if not force and state.since_switch < self.config.hold_steps:
+            return state.depth
+        costs = self.costs.relative()
+        best, rates = best_depth(state.acceptance[state.phase].estimate(), costs, self.config.min_depth, self.k_max)
+        current = state.depth
+        if not force and rates[best] <= rates[current] * (1 + self.config.hysteresis):
+            return current
+        if best != current:
+            state.since_switch = 0
+        return best

@@ -1,0 +1,94 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Spec-decode metrics split by reasoning phase and chosen draft depth.
+
+Prometheus (beside vLLM's spec-decode family; labels like ``position``)::
+
+    vllm:spec_decode_num_drafts_by_phase{phase="reasoning"|"answer"}
+    vllm:spec_decode_num_draft_tokens_by_phase{phase=...}
+    vllm:spec_decode_num_accepted_tokens_by_phase{phase=...}
+    vllm:spec_decode_depth{depth="0".."K"}   drafts verified at each depth
+
+Acceptance rate while reasoning::
+
+    rate(vllm:spec_decode_num_accepted_tokens_by_phase_total{phase="reasoning"}[5m]) /
+    rate(vllm:spec_decode_num_draft_tokens_by_phase_total{phase="reasoning"}[5m])
+
+Mean depth::
+
+    sum by (depth) (rate(vllm:spec_decode_depth_total[5m]) * depth) / sum(rate(vllm:spec_decode_depth_total[5m]))
+"""
+
+from dataclasses import dataclass, field
+
+PHASES = ("reasoning", "answer")
+
+
+@dataclass
+class DepthStats:
+    """One step's (or one log interval's) counts; string keys travel in msgpack."""
+
+    drafts: dict[str, int] = field(default_factory=dict)
+    draft_tokens: dict[str, int] = field(default_factory=dict)
+    accepted_tokens: dict[str, int] = field(default_factory=dict)
+    depths: dict[str, int] = field(default_factory=dict)
+
+    def observe(self, phase: str, drafted: int, accepted: int) -> None:
+        self.drafts[phase] = self.drafts.get(phase, 0) + 1
+        self.draft_tokens[phase] = self.draft_tokens.get(phase, 0) + drafted
+        self.accepted_tokens[phase] = self.accepted_tokens.get(phase, 0) + accepted
+        self.depths[str(drafted)] = self.depths.get(str(drafted), 0) + 1
+
+    def merge(self, other: "DepthStats | None") -> None:
+        if other is None:
+            return
+        for mine, theirs in ((self.drafts, other.drafts), (self.draft_tokens, other.draft_tokens),
+                             (self.accepted_tokens, other.accepted_tokens), (self.depths, other.depths)):
+            for key, value in theirs.items():
+                mine[key] = mine.get(key, 0) + value
+
+    def log_line(self) -> str | None:
+        """`reasoning: 120 drafts, depth 1.00, acceptance 39.2%; answer: ...`"""
+        parts = []
+        for phase in PHASES:
+            drafts = self.drafts.get(phase, 0)
+            if not drafts:
+                continue
+            tokens, accepted = self.draft_tokens[phase], self.accepted_tokens[phase]
+            parts.append(
+                f"{phase}: {drafts} drafts, depth {tokens / drafts:.2f}, "
+                f"acceptance {100 * accepted / tokens if tokens else float('nan'):.1f}%"
+            )
+        return "SpecDecoding by phase: " + "; ".join(parts) if parts else None
+
+
+class DepthProm:
+    """The counters above, one child per engine like vLLM's own."""
+
+    def __init__(self, counter_cls, labelnames: list[str], per_engine_labelvalues: dict[int, list[object]],
+                 k_max: int) -> None:
+        def counter(name: str, doc: str, label: str):
+            return counter_cls(name=name, documentation=doc, labelnames=[*labelnames, label])
+
+        base = {
+            "drafts": counter("vllm:spec_decode_num_drafts_by_phase", "Drafts verified, by phase.", "phase"),
+            "draft_tokens": counter("vllm:spec_decode_num_draft_tokens_by_phase", "Draft tokens verified, by phase.", "phase"),
+            "accepted_tokens": counter("vllm:spec_decode_num_accepted_tokens_by_phase", "Accepted tokens, by phase.", "phase"),
+        }
+        depth = counter("vllm:spec_decode_depth", "Drafts verified at each draft depth.", "depth")
+        self.by_phase = {
+            idx: {what: {p: c.labels(*lv, p) for p in PHASES} for what, c in base.items()}
+            for idx, lv in per_engine_labelvalues.items()
+        }
+        self.by_depth = {idx: {str(d): depth.labels(*lv, str(d)) for d in range(k_max + 1)}
+                         for idx, lv in per_engine_labelvalues.items()}
+
+    def observe(self, stats: DepthStats | None, engine_idx: int = 0) -> None:
+        if stats is None:
+            return
+        phases = self.by_phase[engine_idx]
+        for what in ("drafts", "draft_tokens", "accepted_tokens"):
+            for phase, value in getattr(stats, what).items():
+                phases[what][phase].inc(value)
+        for depth, value in stats.depths.items():
+            self.by_depth[engine_idx][depth].inc(value)

@@ -1,0 +1,107 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""The scheduler's side of per-request draft depth (see vllm.ds4x.draft_depth).
+
+The decision is made here, once, in the scheduler: every tensor- and
+pipeline-parallel rank receives it as the per-request draft lists of the
+scheduler output. KV lookahead stays reserved for K_max.
+"""
+
+import time
+
+from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig, PhaseTracker
+from vllm.ds4x.spec_metrics import DepthStats
+from vllm.logger import init_logger
+
+logger = init_logger(__name__)
+
+
+def phase_tracker(vllm_config) -> PhaseTracker | None:
+    """Markers from the configured reasoning parser, tokenized like the model's
+    text: its start/end strings plus any implicit end markers (DeepSeek-V4's
+    tool-call marker)."""
+    parser_name = vllm_config.structured_outputs_config.reasoning_parser
+    if not parser_name:
+        return None
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tokenizers import cached_tokenizer_from_config
+
+    tokenizer = cached_tokenizer_from_config(model_config=vllm_config.model_config)
+    parser = ReasoningParserManager.get_reasoning_parser(parser_name)(tokenizer)
+
+    def encode(text: str | None) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False) if text else []
+
+    starts = [encode(getattr(parser, "reasoning_start_str", None))]
+    ends = [encode(getattr(parser, "reasoning_end_str", None))]
+    ends += [encode(m) for m in getattr(parser, "implicit_end_markers", ())]
+    return PhaseTracker(starts, ends)
+
+
+class DraftDepthScheduling:
+    def __init__(self, policy: DepthPolicy) -> None:
+        self.policy = policy
+        self._step: tuple[frozenset[str], int] | None = None
+        self._step_end: float | None = None
+
+    @classmethod
+    def create(cls, vllm_config) -> "DraftDepthScheduling | None":
+        """None when there is nothing to do: no speculation, or the fixed policy
+        without a reasoning parser (then vLLM runs exactly as it would)."""
+        spec = vllm_config.speculative_config
+        k_max = vllm_config.num_speculative_tokens if spec is not None else 0
+        if not k_max:
+            return None
+        config = DraftDepthConfig.from_dict(getattr(spec, "draft_depth", None), k_max)
+        tracker = phase_tracker(vllm_config)
+        if config.policy == "fixed" and tracker is None:
+            return None
+        logger.info("ds4x draft depth: policy %s, K_max %d, phase tracking %s",
+                    config.policy, k_max, "on" if tracker else "off")
+        return cls(DepthPolicy(config, k_max, tracker))
+
+    def _state(self, request):
+        if request.request_id not in self.policy.requests:
+            params = request.sampling_params
+            self.policy.add(request.request_id, request.prompt_token_ids or [],
+                            params.extra_args if params is not None else None)
+        return request.request_id
+
+    def truncate(self, request, spec_token_ids: list[int]) -> list[int]:
+        """Sync scheduling: keep this request's chosen prefix of the drafts."""
+        depth = self.policy.depth(self._state(request))
+        return spec_token_ids if len(spec_token_ids) <= depth else spec_token_ids[:depth]
+
+    def placeholders(self, request, shared: list[int]) -> list[int]:
+        """Async scheduling: this request's share of the read-only placeholder list."""
+        depth = self.policy.depth(self._state(request))
+        return shared if len(shared) <= depth else shared[:depth]
+
+    def on_verified(self, request, drafted: int, accepted: int, stats) -> None:
+        request_id = self._state(request)
+        phase = self.policy.phase(request_id) or "answer"
+        self.policy.on_verified(request_id, drafted, accepted)
+        if stats is not None:
+            if stats.ds4x is None:
+                stats.ds4x = DepthStats()
+            stats.ds4x.observe(phase, drafted, accepted)
+
+    def on_tokens(self, request, new_token_ids: list[int]) -> None:
+        self.policy.on_tokens(self._state(request), new_token_ids)
+
+    def forget(self, request_id: str) -> None:
+        self.policy.forget(request_id)
+
+    def on_step_end(self, scheduler_output) -> None:
+        """Live step cost: wall time between consecutive step ends, credited to
+        the previous step when it was a pure decode batch of one verify length."""
+        now = time.perf_counter()
+        scheduled = scheduler_output.num_scheduled_tokens
+        requests = frozenset(scheduled)
+        # Same requests as the step before: no idle gap or admission in between.
+        if self._step is not None and self._step[0] == requests and self._step_end is not None:
+            self.policy.costs.observe(self._step[1], now - self._step_end)
+        tokens = set(scheduled.values())
+        uniform = len(tokens) == 1 and 1 <= min(tokens) <= self.policy.k_max + 1
+        self._step = (requests, tokens.pop()) if uniform and not scheduler_output.scheduled_new_reqs else None
+        self._step_end = now

@@ -1,0 +1,187 @@
+"""Per-request draft depth: config, phase tracking, policies, hysteresis.
+
+The module under test is the overlay shipped in both vLLM wheels."""
+
+from __future__ import annotations
+
+import pytest
+
+from ds4x.overlay import load_module
+
+dd = load_module("vllm-common/vllm/ds4x/draft_depth.py")
+THINK, END_THINK = 1, 2
+TOOL_MARKER = (7, 8, 9)  # e.g. "<｜DSML｜tool_calls>" as three tokens
+
+
+def tracker() -> object:
+    return dd.PhaseTracker([[THINK]], [[END_THINK], list(TOOL_MARKER)])
+
+
+@pytest.mark.parametrize(
+    ("prompt", "phase"),
+    [
+        ([5, 6, THINK], "reasoning"),  # template opened thinking
+        ([5, 6], "reasoning"),  # R1-style: the model thinks first, no <think> shown
+        ([5, THINK, END_THINK], "answer"),  # thinking disabled: section already closed
+        ([THINK, 3, END_THINK, 4, THINK, 5], "reasoning"),  # multi-turn: last marker wins
+        ([THINK, 3, *TOOL_MARKER, 4], "answer"),
+    ],
+)
+def test_phase_from_the_prompt(prompt: list[int], phase: str) -> None:
+    assert tracker().initial(prompt)[0] == phase
+
+
+def test_phase_over_a_token_stream_with_reentry() -> None:
+    t = tracker()
+    phase, tail = t.initial([10, THINK])
+    seen = []
+    for chunk in ([11, 12], [13, END_THINK, 14], [15, THINK], [16], [7, 8], [9, 17]):  # marker split across steps
+        phase, tail = t.feed(phase, tail, chunk)
+        seen.append(phase)
+    assert seen == ["reasoning", "answer", "reasoning", "reasoning", "reasoning", "answer"]
+
+
+def test_partial_marker_does_not_end_reasoning() -> None:
+    t = tracker()
+    phase, tail = t.feed("reasoning", (), [7, 8, 5, 9])
+    assert phase == "reasoning"
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"policy": "greedy"}, "speculative_config.draft_depth.policy='greedy': expected one of fixed, phase, adaptive"),
+        ({"policy": "phase", "reasoning_depth": 3}, "speculative_config.draft_depth.reasoning_depth=3: expected 0..2"),
+        ({"policy": "phase", "answer_depth": -1}, "speculative_config.draft_depth.answer_depth=-1: expected 0..2"),
+        ({"depth": 1}, "speculative_config.draft_depth: unknown field(s) ['depth']"),
+        ({"policy": "adaptive", "step_cost": [1, 2]}, "speculative_config.draft_depth.step_cost: expected 3 positive costs"),
+    ],
+)
+def test_config_errors_name_the_field(raw: dict, message: str) -> None:
+    with pytest.raises(dd.DraftDepthError) as caught:
+        dd.DraftDepthConfig.from_dict(raw, k_max=2)
+    assert str(caught.value).startswith(message)
+
+
+def test_phase_policy_needs_a_reasoning_parser() -> None:
+    config = dd.DraftDepthConfig.from_dict({"policy": "phase"}, 2)
+    with pytest.raises(dd.DraftDepthError, match="start vLLM with --reasoning-parser"):
+        dd.DepthPolicy(config, 2, tracker=None)
+
+
+def test_fixed_is_k_max_everywhere() -> None:
+    policy = dd.DepthPolicy(dd.DraftDepthConfig(), 2, tracker())
+    policy.add("a", [THINK], None)
+    assert policy.depth("a") == 2
+    policy.on_tokens("a", [END_THINK])
+    policy.on_verified("a", 2, 0)
+    assert policy.depth("a") == 2
+
+
+def test_phase_policy_follows_the_phase() -> None:
+    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "phase"}, 2), 2, tracker())
+    policy.add("r", [THINK], None)
+    policy.add("a", [THINK, END_THINK], None)
+    assert (policy.depth("r"), policy.depth("a")) == (1, 2)
+    policy.on_tokens("r", [5, END_THINK])
+    assert policy.depth("r") == 2
+    policy.on_tokens("r", [THINK])  # agentic loop re-enters thinking
+    assert policy.depth("r") == 1
+    assert policy.depth("unknown") == 2  # never seen: vLLM's behaviour
+
+
+def test_request_override_and_its_validation() -> None:
+    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "phase"}, 2), 2, tracker())
+    policy.add("x", [THINK], {"draft_depth": 0})
+    assert policy.depth("x") == 0
+    for bad in (3, -1, "1", True, 1.0):
+        with pytest.raises(dd.DraftDepthError, match=r"extra_args.draft_depth=.*: expected an integer in 0..2"):
+            dd.request_depth({"draft_depth": bad}, 2)
+    assert dd.request_depth({"other": 1}, 2) is None
+
+
+def test_expected_tokens() -> None:
+    assert dd.expected_tokens([0.4, 0.4], 0) == 1
+    assert dd.expected_tokens([0.4, 0.4], 1) == pytest.approx(1.4)
+    assert dd.expected_tokens([0.4, 0.4], 2) == pytest.approx(1.56)
+
+
+CPU_COST = [1.0, 1.75, 2.44]  # DESIGN.md: lk_moe cost by tokens verified
+
+
+def adaptive(**extra: object) -> object:
+    config = dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": CPU_COST, **extra}, 2)
+    return dd.DepthPolicy(config, 2, tracker())
+
+
+def feed(policy: object, rid: str, acceptance: float, steps: int, rng_seed: int = 0) -> list[int]:
+    import random
+
+    rng = random.Random(rng_seed)
+    depths = []
+    for _ in range(steps):
+        depth = policy.depth(rid)
+        depths.append(depth)
+        accepted = 0
+        while accepted < depth and rng.random() < acceptance:
+            accepted += 1
+        policy.on_verified(rid, depth, accepted)
+        policy.on_tokens(rid, [5] * (accepted + 1))  # the step's new tokens, as the scheduler reports them
+    return depths
+
+
+def test_adaptive_picks_the_best_depth_for_each_regime() -> None:
+    """On the CPU cost profile no speculation beats speculation at 39%; at 90%
+    one draft beats two (2.44 is dear); with a flat (GPU) cost, K_max wins."""
+    policy = adaptive()
+    policy.add("low", [THINK], None)
+    assert feed(policy, "low", 0.39, 200)[-50:] == [0] * 50 or set(feed(policy, "low", 0.39, 50)) <= {0, 1}
+    policy.add("high", [THINK, END_THINK], None)
+    tail = feed(policy, "high", 0.9, 300)[-100:]
+    rates = {d: dd.expected_tokens([0.9, 0.9], d) / CPU_COST[d] for d in range(3)}
+    assert max(set(tail), key=tail.count) == max(rates, key=rates.get)
+    flat = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive"}, 2), 2, tracker())
+    flat.add("g", [THINK, END_THINK], None)
+    assert feed(flat, "g", 0.6, 100)[-20:] == [2] * 20
+
+
+def near_tie(hold_steps: int, hysteresis: float) -> list[int]:
+    """Acceptance 0.62 on costs where depths 1 and 2 are within 2.3% of each other."""
+    config = dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": [1.0, 1.5, 1.9],
+                                            "hold_steps": hold_steps, "hysteresis": hysteresis}, 2)
+    policy = dd.DepthPolicy(config, 2, tracker())
+    policy.add("x", [THINK, END_THINK], None)
+    return feed(policy, "x", 0.62, 2000, rng_seed=3)
+
+
+def test_hysteresis_prevents_flapping_and_stays_near_the_best() -> None:
+    def switches(depths: list[int]) -> int:
+        return sum(a != b for a, b in zip(depths, depths[1:]))
+
+    steady, loose = near_tie(4, 0.01), near_tie(0, 0.0)
+    assert switches(steady) * 2 < switches(loose)
+    rate = {d: dd.expected_tokens([0.62, 0.62], d) / [1.0, 1.5, 1.9][d] for d in range(3)}
+    achieved = sum(rate[d] for d in steady) / len(steady)
+    assert achieved >= 0.99 * max(rate.values())
+
+
+def test_adaptive_keeps_separate_estimates_per_phase() -> None:
+    policy = adaptive()
+    policy.add("x", [THINK], None)
+    feed(policy, "x", 0.2, 100)
+    reasoning_depth = policy.depth("x")
+    policy.on_tokens("x", [END_THINK])
+    feed(policy, "x", 0.95, 100)
+    answer_depth = policy.depth("x")
+    policy.on_tokens("x", [THINK])
+    assert policy.depth("x") == reasoning_depth  # picks up its reasoning estimate at once
+    assert answer_depth > reasoning_depth
+
+
+def test_live_step_costs_replace_the_prior() -> None:
+    costs = dd.StepCosts(prior=[1.0, 1.0, 1.0], smoothing=0.5)
+    costs.observe(1, 0.010)
+    assert costs.relative() == pytest.approx([0.010, 0.010, 0.010])
+    costs.observe(3, 0.030)
+    assert costs.relative() == pytest.approx([0.010, 0.020, 0.030])
+    assert costs.unmeasured() == [2]
