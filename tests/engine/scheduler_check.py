@@ -1,0 +1,137 @@
+"""Drive the installed (patched) vLLM Scheduler and AsyncScheduler with real
+Request objects on CPU; print one JSON line of what they scheduled.
+
+Usage: scheduler_check.py MODEL_DIR POLICY_JSON   (POLICY_JSON: the draft_depth object or null)
+Request "r" is reasoning (its prompt opens <think>), "a" is answering (its
+prompt closed </think>). Both get the same 2 drafts each step.
+"""
+
+import json
+import sys
+
+import torch
+
+from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, StructuredOutputsConfig, VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import sha256
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+BLOCK = 16
+THINK, END_THINK = 1, 2
+K = 2
+
+
+def scheduler(model: str, draft_depth: dict | None, async_scheduling: bool):
+    model_config = ModelConfig(model=model, dtype="bfloat16", seed=0, max_model_len=1024)
+    # the GPU n-gram proposer (the only n-gram one async scheduling accepts)
+    # reserves K_max lookahead slots; the scheduler never runs the proposer itself
+    method = "ngram_gpu"
+    spec = SpeculativeConfig(method=method, num_speculative_tokens=K, prompt_lookup_max=2, prompt_lookup_min=1,
+                             draft_depth=draft_depth)
+    config = VllmConfig(
+        model_config=model_config,
+        scheduler_config=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=1024, max_model_len=1024,
+                                         async_scheduling=async_scheduling, is_encoder_decoder=False),
+        cache_config=CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, cache_dtype="auto"),
+        speculative_config=spec,
+        structured_outputs_config=StructuredOutputsConfig(reasoning_parser="deepseek_r1"),
+    )
+    kv = KVCacheConfig(num_blocks=1000, kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32))])
+    config.cache_config.num_gpu_blocks = 1000
+    register_all_kvcache_specs(config)
+    cls = AsyncScheduler if async_scheduling else Scheduler
+    return cls(vllm_config=config, kv_cache_config=kv, block_size=BLOCK, log_stats=True,
+               structured_output_manager=StructuredOutputManager(config))
+
+
+def request(rid: str, prompt: list[int], extra_args: dict | None = None) -> Request:
+    params = SamplingParams(max_tokens=64, ignore_eos=True, extra_args=extra_args)
+    params.update_from_generation_config({}, 0)
+    return Request(request_id=rid, prompt_token_ids=prompt, sampling_params=params, pooling_params=None,
+                   block_hasher=get_request_block_hasher(BLOCK, sha256))
+
+
+def output(ids: list[str], sampled: dict[str, list[int]]) -> ModelRunnerOutput:
+    return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                             sampled_token_ids=[sampled[r] for r in ids], logprobs=None, prompt_logprobs_dict={},
+                             pooler_output=[])
+
+
+def run_sync(model: str, draft_depth: dict | None) -> dict:
+    s = scheduler(model, draft_depth, False)
+    # EAGLE/MTP/DSpark reserve K_max lookahead slots (n-gram needs none): do as they do
+    s.num_lookahead_tokens = K
+    # 13-token prompts: after one verify step the K_max lookahead crosses a block
+    reqs = {"r": request("r", [5] * 12 + [THINK]), "a": request("a", [5] * 10 + [THINK, 8, END_THINK]),
+            "o": request("o", [5] * 11 + [THINK, 9], {"draft_depth": 0})}
+    for r in reqs.values():
+        s.add_request(r)
+    ids = list(reqs)
+    out = s.schedule()  # prefill
+    s.update_from_output(out, output(ids, {r: [20] for r in ids}))
+    s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
+    computed_before = {r: reqs[r].num_computed_tokens for r in ids}
+    out = s.schedule()  # verify
+    blocks = {r: len(s.kv_cache_manager.get_block_ids(r)[0]) for r in ids}
+    result = {
+        "scheduled_drafts": {r: len(out.scheduled_spec_decode_tokens.get(r, [])) for r in ids},
+        "scheduled_tokens": dict(out.num_scheduled_tokens),
+        "kv_blocks": blocks,
+        "kv_tokens_needed": {r: computed_before[r] + out.num_scheduled_tokens[r] + s.num_lookahead_tokens
+                             for r in ids},
+        "lookahead": s.num_lookahead_tokens,
+    }
+    # r: its one draft rejected; a: first of two accepted, second rejected; o: no drafts
+    engine_out = s.update_from_output(out, output(ids, {"r": [40], "a": [30, 41], "o": [42]}))
+    result["computed_after"] = {r: reqs[r].num_computed_tokens for r in ids}
+    result["num_tokens_after"] = {r: reqs[r].num_tokens for r in ids}
+    stats = engine_out[0].scheduler_stats.spec_decoding_stats
+    result["stats"] = {"drafts": stats.num_drafts, "draft_tokens": stats.num_draft_tokens,
+                       "accepted": stats.num_accepted_tokens,
+                       "by_phase": None if stats.ds4x is None else {
+                           "drafts": stats.ds4x.drafts, "draft_tokens": stats.ds4x.draft_tokens,
+                           "accepted": stats.ds4x.accepted_tokens, "depths": stats.ds4x.depths}}
+    # "r" leaves reasoning: the next drafts are all verified
+    s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
+    out = s.schedule()
+    s.update_from_output(out, output(ids, {"r": [END_THINK], "a": [43], "o": [44]}))
+    s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
+    out = s.schedule()
+    result["after_end_think"] = {r: len(out.scheduled_spec_decode_tokens.get(r, [])) for r in ids}
+    return result
+
+
+def run_async(model: str, draft_depth: dict | None) -> dict:
+    s = scheduler(model, draft_depth, True)
+    reqs = {"r": request("r", [5, 6, 7, THINK]), "a": request("a", [5, THINK, 8, END_THINK])}
+    for r in reqs.values():
+        s.add_request(r)
+    ids = list(reqs)
+    out = s.schedule()  # prefill; placeholders for the next step are set here
+    placeholders = {r: list(reqs[r].spec_token_ids) for r in ids}
+    out2 = s.schedule()  # async: the next step is scheduled before the first output returns
+    result = {
+        "placeholders": placeholders,
+        "scheduled_drafts": {r: len(out2.scheduled_spec_decode_tokens.get(r, [])) for r in ids},
+        "scheduled_tokens": dict(out2.num_scheduled_tokens),
+        "output_placeholders": {r: reqs[r].num_output_placeholders for r in ids},
+    }
+    s.update_from_output(out, output(ids, {r: [20] for r in ids}))
+    s.update_from_output(out2, output(ids, {"r": [21], "a": [30, 22]}))
+    result["computed_after"] = {r: reqs[r].num_computed_tokens for r in ids}
+    result["output_placeholders_after"] = {r: reqs[r].num_output_placeholders for r in ids}
+    return result
+
+
+if __name__ == "__main__":
+    init_none_hash(sha256)
+    model, policy = sys.argv[1], json.loads(sys.argv[2])
+    print(json.dumps({"sync": run_sync(model, policy), "async": run_async(model, policy)}))
