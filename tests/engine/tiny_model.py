@@ -1,5 +1,5 @@
 """Write a tiny random reasoning model for CPU engine tests: a bf16 Qwen2
-(hidden 64, 2 layers) and a byte-level BPE tokenizer whose special tokens are
+(hidden 64, 2 layers, one 64-wide head: CPU attention kernels need head_dim 64+) and a byte-level BPE tokenizer whose special tokens are
 <|endoftext|>=0, <think>=1, </think>=2, so vLLM's deepseek_r1 reasoning parser
 finds them. Deterministic for a given seed. Usage: tiny_model.py DEST [STD]."""
 
@@ -40,7 +40,7 @@ def build(dest: Path, std: float = 0.1, seed: int = 0) -> None:
     assert tokenizer.convert_tokens_to_ids(SPECIAL) == [0, 1, 2]
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                         num_attention_heads=1, num_key_value_heads=1, max_position_embeddings=4096,
                          initializer_range=std, tie_word_embeddings=True, torch_dtype="bfloat16",
                          bos_token_id=0, eos_token_id=0)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)

@@ -1,0 +1,49 @@
+"""End to end on CPU: the patched vLLM engine, a tiny random reasoning model,
+n-gram speculation with K_max=2 and the phase policy, requests in reasoning
+and in answer at once; then the same prompts without speculation.
+Prints one JSON line: the engine's own metrics and whether greedy outputs match.
+
+Usage: e2e_check.py MODEL_DIR
+"""
+
+import gc
+import json
+import sys
+
+PROMPTS = {
+    # reasoning: the prompt opened <think> and never closed it
+    "reasoning-1": "def add(a, b):\n    return a + b\ndef add(a, b):\n<think>",
+    "reasoning-2": "Let me think about the file layout. Let me think about<think>",
+    # answer: the section is already closed (a template with thinking off does this)
+    "answer-1": "for i in range(10):\n    print(i)\n<think></think>for i in range(10):\n",
+    "answer-2": "The answer is to call the tool.<think>plan</think>The answer is to call",
+}
+SPEC = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1,
+        "draft_depth": {"policy": "phase", "reasoning_depth": 1, "answer_depth": 2}}
+
+
+def run(model: str, speculative: dict | None) -> tuple[dict[str, list[int]], dict]:
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model, dtype="bfloat16", max_model_len=512, seed=0, kv_cache_memory_bytes=256 << 20,
+              gpu_memory_utilization=0.05, disable_log_stats=False, reasoning_parser="deepseek_r1",
+              speculative_config=speculative, max_num_seqs=8)
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    outputs = llm.generate(list(PROMPTS.values()), params, use_tqdm=False)
+    tokens = {name: list(out.outputs[0].token_ids) for name, out in zip(PROMPTS, outputs)}
+    metrics: dict = {}
+    for metric in llm.get_metrics():
+        if metric.name.startswith("vllm:spec_decode"):
+            label = ",".join(f"{k}={v}" for k, v in sorted(metric.labels.items()) if k in ("phase", "depth", "position"))
+            metrics[f"{metric.name}{{{label}}}"] = getattr(metric, "value", None)
+    del llm
+    gc.collect()
+    return tokens, metrics
+
+
+if __name__ == "__main__":
+    model = sys.argv[1]
+    spec_tokens, metrics = run(model, SPEC)
+    plain_tokens, _ = run(model, None)
+    print(json.dumps({"metrics": metrics, "equal": spec_tokens == plain_tokens,
+                      "spec": spec_tokens, "plain": plain_tokens}))
