@@ -105,3 +105,15 @@ class DraftDepthScheduling:
         uniform = len(tokens) == 1 and 1 <= min(tokens) <= self.policy.k_max + 1
         self._step = (requests, tokens.pop()) if uniform and not scheduler_output.scheduled_new_reqs else None
         self._step_end = now
+
+
+def validate_request(params, speculative_config) -> None:
+    """The front end's check of a client's own draft_depth: a 400 that names it,
+    before any stream starts."""
+    from vllm.ds4x.draft_depth import DraftDepthError, request_depth
+    from vllm.exceptions import VLLMValidationError
+
+    try:
+        request_depth(params.extra_args, speculative_config.num_speculative_tokens)
+    except DraftDepthError as e:
+        raise VLLMValidationError(str(e)) from e
