@@ -28,7 +28,8 @@ THINK, END_THINK = 1, 2
 K = 2
 
 
-def scheduler(model: str, draft_depth: dict | None, async_scheduling: bool):
+def scheduler(model: str, draft_depth: dict | None, async_scheduling: bool, reasoning_parser: str = "deepseek_r1",
+              max_num_seqs: int = 8):
     model_config = ModelConfig(model=model, dtype="bfloat16", seed=0, max_model_len=1024)
     # the GPU n-gram proposer (the only n-gram one async scheduling accepts)
     # reserves K_max lookahead slots; the scheduler never runs the proposer itself
@@ -37,23 +38,24 @@ def scheduler(model: str, draft_depth: dict | None, async_scheduling: bool):
                              draft_depth=draft_depth)
     config = VllmConfig(
         model_config=model_config,
-        scheduler_config=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=1024, max_model_len=1024,
+        scheduler_config=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max(1024, 16 * max_num_seqs),
+                                         max_model_len=1024,
                                          async_scheduling=async_scheduling, is_encoder_decoder=False),
         cache_config=CacheConfig(block_size=BLOCK, gpu_memory_utilization=0.9, cache_dtype="auto"),
         speculative_config=spec,
-        structured_outputs_config=StructuredOutputsConfig(reasoning_parser="deepseek_r1"),
+        structured_outputs_config=StructuredOutputsConfig(reasoning_parser=reasoning_parser),
     )
-    kv = KVCacheConfig(num_blocks=1000, kv_cache_tensors=[], kv_cache_groups=[
+    kv = KVCacheConfig(num_blocks=20000, kv_cache_tensors=[], kv_cache_groups=[
         KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32))])
-    config.cache_config.num_gpu_blocks = 1000
+    config.cache_config.num_gpu_blocks = 20000
     register_all_kvcache_specs(config)
     cls = AsyncScheduler if async_scheduling else Scheduler
     return cls(vllm_config=config, kv_cache_config=kv, block_size=BLOCK, log_stats=True,
                structured_output_manager=StructuredOutputManager(config))
 
 
-def request(rid: str, prompt: list[int], extra_args: dict | None = None) -> Request:
-    params = SamplingParams(max_tokens=64, ignore_eos=True, extra_args=extra_args)
+def request(rid: str, prompt: list[int], extra_args: dict | None = None, max_tokens: int = 64) -> Request:
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=extra_args)
     params.update_from_generation_config({}, 0)
     return Request(request_id=rid, prompt_token_ids=prompt, sampling_params=params, pooling_params=None,
                    block_hasher=get_request_block_hasher(BLOCK, sha256))

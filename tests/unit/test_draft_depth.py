@@ -110,7 +110,9 @@ CPU_COST = [1.0, 1.75, 2.44]  # DESIGN.md: lk_moe cost by tokens verified
 
 
 def adaptive(**extra: object) -> object:
-    config = dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": CPU_COST, **extra}, 2)
+    # explore_steps 0: the step costs are given, nothing to time first
+    config = dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": CPU_COST, "explore_steps": 0,
+                                            **extra}, 2)
     return dd.DepthPolicy(config, 2, tracker())
 
 
@@ -140,14 +142,14 @@ def test_adaptive_picks_the_best_depth_for_each_regime() -> None:
     tail = feed(policy, "high", 0.9, 300)[-100:]
     rates = {d: dd.expected_tokens([0.9, 0.9], d) / CPU_COST[d] for d in range(3)}
     assert max(set(tail), key=tail.count) == max(rates, key=rates.get)
-    flat = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive"}, 2), 2, tracker())
+    flat = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive", "explore_steps": 0}, 2), 2, tracker())
     flat.add("g", [THINK, END_THINK], None)
     assert feed(flat, "g", 0.6, 100)[-20:] == [2] * 20
 
 
 def near_tie(hold_steps: int, hysteresis: float) -> list[int]:
     """Acceptance 0.62 on costs where depths 1 and 2 are within 2.3% of each other."""
-    config = dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": [1.0, 1.5, 1.9],
+    config = dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": [1.0, 1.5, 1.9], "explore_steps": 0,
                                             "hold_steps": hold_steps, "hysteresis": hysteresis}, 2)
     policy = dd.DepthPolicy(config, 2, tracker())
     policy.add("x", [THINK, END_THINK], None)
@@ -176,6 +178,24 @@ def test_adaptive_keeps_separate_estimates_per_phase() -> None:
     policy.on_tokens("x", [THINK])
     assert policy.depth("x") == reasoning_depth  # picks up its reasoning estimate at once
     assert answer_depth > reasoning_depth
+
+
+def test_adaptive_times_untimed_depths_then_uses_the_timings() -> None:
+    """From a flat prior (no step_cost given), it spends a few steps at each
+    untimed depth; with CPU-like timings it then settles on the cheap depth."""
+    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive"}, 2), 2, tracker())
+    policy.add("x", [THINK], None)
+    depths = []
+    for step in range(300):
+        depth = policy.depth("x")
+        depths.append(depth)
+        policy.costs.observe(depth + 1, CPU_COST[depth])  # what the scheduler's step timer reports
+        accepted = min(depth, 1 if step % 2 else 0)  # ~40-50% acceptance at position 1, never at 2
+        policy.on_verified("x", depth, accepted)
+        policy.on_tokens("x", [5] * (1 + accepted))
+    assert policy.costs.unmeasured() == []
+    assert {0, 1, 2} <= set(depths[:80])  # each depth timed early
+    assert depths[-50:].count(0) + depths[-50:].count(1) >= 45  # then the cheap depths win
 
 
 def test_live_step_costs_replace_the_prior() -> None:

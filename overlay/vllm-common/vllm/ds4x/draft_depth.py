@@ -64,6 +64,9 @@ class DraftDepthConfig:
     probe_interval: int = 8
     """adaptive: at depth 0 nothing is verified, so every this many steps one
     draft is verified to keep the acceptance estimate current."""
+    explore_steps: int = 64
+    """adaptive: steps it may spend at depths whose step cost was never timed,
+    to time them (live timings come from batches of one verify length)."""
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None, k_max: int) -> DraftDepthConfig:
@@ -125,6 +128,7 @@ class PhaseTracker:
         self.start = [tuple(m) for m in start_markers if m]
         self.end = [tuple(m) for m in end_markers if m]
         self.keep = max((len(m) for m in [*self.start, *self.end]), default=1) - 1
+        self.last_tokens = frozenset(m[-1] for m in [*self.start, *self.end])
 
     @staticmethod
     def _last(ids: Sequence[int], markers: list[tuple[int, ...]]) -> int:
@@ -145,6 +149,8 @@ class PhaseTracker:
         return (ANSWER if in_answer else REASONING), tail
 
     def feed(self, phase: str, tail: tuple[int, ...], new: Sequence[int]) -> tuple[str, tuple[int, ...]]:
+        if self.last_tokens.isdisjoint(new):  # the common case: no marker can end here
+            return phase, (tuple((*tail, *new)[-self.keep :]) if self.keep else ())
         window = [*tail]
         for token in new:
             window.append(token)
@@ -180,14 +186,13 @@ class Acceptance:
     def observe(self, drafted: int, accepted: int) -> None:
         if not self.weights:
             self.weights = [1.0] * len(self.rates)
-        observed = min(accepted + 1, drafted)
-        for position in range(len(self.rates)):
-            if position < observed:
-                hit = 1.0 if position < accepted else 0.0
-                self.rates[position] += self.smoothing * (hit - self.rates[position])
-                self.weights[position] += self.smoothing * (1.0 - self.weights[position])
-            else:
-                self.weights[position] *= 1.0 - self.smoothing
+        rates, weights, a = self.rates, self.weights, self.smoothing
+        observed = accepted + 1 if accepted < drafted else drafted
+        for position in range(observed):
+            rates[position] += a * ((position < accepted) - rates[position])
+            weights[position] += a * (1.0 - weights[position])
+        for position in range(observed, len(rates)):
+            weights[position] *= 1.0 - a
 
     def estimate(self) -> list[float]:
         out: list[float] = []
@@ -205,17 +210,19 @@ class StepCosts:
     prior: list[float]
     smoothing: float
     seen: dict[int, float] = field(default_factory=dict)
+    _relative: list[float] | None = None
 
     def observe(self, tokens: int, seconds: float) -> None:
         old = self.seen.get(tokens)
         self.seen[tokens] = seconds if old is None else old + self.smoothing * (seconds - old)
+        self._relative = None
 
     def relative(self) -> list[float]:
         """Cost of 1..K_max+1 tokens; unmeasured entries scaled from the prior."""
-        if not self.seen:
-            return list(self.prior)
-        scale = sum(self.seen[t] / self.prior[t - 1] for t in self.seen) / len(self.seen)
-        return [self.seen.get(t, self.prior[t - 1] * scale) for t in range(1, len(self.prior) + 1)]
+        if self._relative is None:
+            scale = sum(self.seen[t] / self.prior[t - 1] for t in self.seen) / len(self.seen) if self.seen else 1.0
+            self._relative = [self.seen.get(t, self.prior[t - 1] * scale) for t in range(1, len(self.prior) + 1)]
+        return self._relative
 
     def unmeasured(self) -> list[int]:
         return [t for t in range(1, len(self.prior) + 1) if t not in self.seen]
@@ -251,9 +258,10 @@ class DepthPolicy:
         self.config, self.k_max, self.tracker = config, k_max, tracker
         prior = list(config.step_cost) if config.step_cost else [1.0] * (k_max + 1)
         self.costs = StepCosts(prior=prior, smoothing=config.smoothing)
-        # engine-wide acceptance per phase seeds new requests
-        self.seed = {p: [config.prior_acceptance] * k_max for p in (REASONING, ANSWER)}
+        # engine-wide acceptance per phase (learning slower) seeds new requests
+        self.seed = {p: Acceptance([config.prior_acceptance] * k_max, config.smoothing) for p in (REASONING, ANSWER)}
         self.requests: dict[str, RequestState] = {}
+        self.explore_left = config.explore_steps
 
     def phase_depth(self, phase: str) -> int:
         if self.config.policy == "phase":
@@ -269,20 +277,28 @@ class DepthPolicy:
             tail=tail,
             override=request_depth(extra_args, self.k_max),
             depth=self.k_max,
-            acceptance={p: Acceptance(list(r), self.config.smoothing) for p, r in self.seed.items()},
+            acceptance={p: Acceptance(list(a.estimate()), self.config.smoothing) for p, a in self.seed.items()},
         )
         state.depth = self._decide(state, force=True)
         self.requests[request_id] = state
         return state
 
     def forget(self, request_id: str) -> None:
-        self.requests.pop(request_id, None)
+        """A finished request's estimates move the engine-wide seed for the next ones."""
+        state = self.requests.pop(request_id, None)
+        if state is None or self.config.policy != "adaptive":
+            return
+        for phase, seed in self.seed.items():
+            mine = state.acceptance[phase].rates
+            seed.rates = [s + 0.25 * (m - s) for s, m in zip(seed.rates, mine)]
 
     def on_tokens(self, request_id: str, new: Sequence[int]) -> None:
-        """Every step's new tokens: the phase, and the probe at depth 0."""
         state = self.requests.get(request_id)
-        if state is None or not new:
-            return
+        if state is not None and new:
+            self.tokens(state, new)
+
+    def tokens(self, state: RequestState, new: Sequence[int]) -> None:
+        """Every step's new tokens: the phase, and the probe at depth 0."""
         if self.tracker is not None:
             phase, state.tail = self.tracker.feed(state.phase, state.tail, new)
             if phase != state.phase:
@@ -295,13 +311,16 @@ class DepthPolicy:
 
     def on_verified(self, request_id: str, drafted: int, accepted: int) -> None:
         state = self.requests.get(request_id)
-        if state is None or drafted <= 0:
+        if state is not None:
+            self.verified(state, drafted, accepted)
+
+    def verified(self, state: RequestState, drafted: int, accepted: int) -> None:
+        if drafted <= 0 or self.config.policy != "adaptive":
             return
         state.acceptance[state.phase].observe(drafted, accepted)
-        seed = Acceptance(self.seed[state.phase], self.config.smoothing * 0.25)
-        seed.observe(drafted, accepted)
         state.since_switch += 1
-        state.depth = self._decide(state)
+        if state.since_switch >= self.config.hold_steps:  # decide every hold_steps verifications
+            state.depth = self._decide(state)
 
     def depth(self, request_id: str) -> int:
         state = self.requests.get(request_id)
@@ -316,13 +335,14 @@ class DepthPolicy:
             return state.override
         if self.config.policy != "adaptive":
             return self.phase_depth(state.phase)
-        if not force and state.since_switch < self.config.hold_steps:
-            return state.depth
+        untimed = [t - 1 for t in self.costs.unmeasured() if self.config.min_depth <= t - 1 <= self.k_max]
+        if untimed and self.explore_left > 0:
+            self.explore_left -= 1
+            return untimed[0]
         costs = self.costs.relative()
         best, rates = best_depth(state.acceptance[state.phase].estimate(), costs, self.config.min_depth, self.k_max)
         current = state.depth
+        state.since_switch = 0
         if not force and rates[best] <= rates[current] * (1 + self.config.hysteresis):
             return current
-        if best != current:
-            state.since_switch = 0
         return best

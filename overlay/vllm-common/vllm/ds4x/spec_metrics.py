@@ -22,6 +22,7 @@ Mean depth::
 from dataclasses import dataclass, field
 
 PHASES = ("reasoning", "answer")
+_DEPTH_KEYS = tuple(str(d) for d in range(64))
 
 
 @dataclass
@@ -37,7 +38,8 @@ class DepthStats:
         self.drafts[phase] = self.drafts.get(phase, 0) + 1
         self.draft_tokens[phase] = self.draft_tokens.get(phase, 0) + drafted
         self.accepted_tokens[phase] = self.accepted_tokens.get(phase, 0) + accepted
-        self.depths[str(drafted)] = self.depths.get(str(drafted), 0) + 1
+        depth = _DEPTH_KEYS[drafted] if drafted < len(_DEPTH_KEYS) else str(drafted)
+        self.depths[depth] = self.depths.get(depth, 0) + 1
 
     def merge(self, other: "DepthStats | None") -> None:
         if other is None:

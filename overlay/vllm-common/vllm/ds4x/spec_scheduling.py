@@ -61,33 +61,35 @@ class DraftDepthScheduling:
         return cls(DepthPolicy(config, k_max, tracker))
 
     def _state(self, request):
-        if request.request_id not in self.policy.requests:
+        state = self.policy.requests.get(request.request_id)
+        if state is None:
             params = request.sampling_params
-            self.policy.add(request.request_id, request.prompt_token_ids or [],
-                            params.extra_args if params is not None else None)
-        return request.request_id
+            state = self.policy.add(request.request_id, request.prompt_token_ids or [],
+                                    params.extra_args if params is not None else None)
+        return state
 
     def truncate(self, request, spec_token_ids: list[int]) -> list[int]:
         """Sync scheduling: keep this request's chosen prefix of the drafts."""
-        depth = self.policy.depth(self._state(request))
+        depth = self._state(request).depth
         return spec_token_ids if len(spec_token_ids) <= depth else spec_token_ids[:depth]
 
     def placeholders(self, request, shared: list[int]) -> list[int]:
         """Async scheduling: this request's share of the read-only placeholder list."""
-        depth = self.policy.depth(self._state(request))
+        depth = self._state(request).depth
         return shared if len(shared) <= depth else shared[:depth]
 
     def on_verified(self, request, drafted: int, accepted: int, stats) -> None:
-        request_id = self._state(request)
-        phase = self.policy.phase(request_id) or "answer"
-        self.policy.on_verified(request_id, drafted, accepted)
+        state = self._state(request)
+        phase = state.phase  # the phase the drafts were scheduled in
+        self.policy.verified(state, drafted, accepted)
         if stats is not None:
             if stats.ds4x is None:
                 stats.ds4x = DepthStats()
             stats.ds4x.observe(phase, drafted, accepted)
 
     def on_tokens(self, request, new_token_ids: list[int]) -> None:
-        self.policy.on_tokens(self._state(request), new_token_ids)
+        if new_token_ids:
+            self.policy.tokens(self._state(request), new_token_ids)
 
     def forget(self, request_id: str) -> None:
         self.policy.forget(request_id)

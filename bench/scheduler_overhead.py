@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""The scheduler's added cost per step at 256 running requests: the patched
+vLLM Scheduler with the adaptive policy and phase tracking, against the same
+Scheduler with ds4x switched off (fixed policy, no reasoning parser: the
+hooks see None and vLLM runs its own path), in the same run.
+
+Run with the Python of a venv that has our vLLM wheel:
+    ENGINE_PYTHON bench/scheduler_overhead.py MODEL_DIR [--requests 256 --steps 200]
+MODEL_DIR: any model directory with a tokenizer (tests/engine/tiny_model.py makes one).
+"""
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "engine"))
+from scheduler_check import THINK, output, request, scheduler  # noqa: E402
+from vllm.utils.hashing import sha256  # noqa: E402
+from vllm.v1.core.kv_cache_utils import init_none_hash  # noqa: E402
+from vllm.v1.outputs import DraftTokenIds  # noqa: E402
+
+
+def step_times(model: str, policy: str | None, requests: int, steps: int) -> list[float]:
+    """policy None: ds4x off (no reasoning parser, fixed policy: the hooks see None)."""
+    s = scheduler(model, {"policy": policy} if policy else None, False,
+                  reasoning_parser="deepseek_r1" if policy else "", max_num_seqs=requests)
+    ids = [f"r{i}" for i in range(requests)]
+    for rid in ids:
+        s.add_request(request(rid, [5] * 8 + [THINK], max_tokens=900))
+    out = s.schedule()
+    s.update_from_output(out, output(ids, {r: [20] for r in ids}))
+    times = []
+    assert len(s.running) == requests
+    drafts = DraftTokenIds(ids, [[30, 31]] * requests)
+    for step in range(steps):
+        start = time.perf_counter()
+        s.update_draft_token_ids(drafts)
+        out = s.schedule()
+        middle = time.perf_counter()
+        # the model's answer (not timed): a third of the drafts rejected at once
+        sampled = {r: ([30, 21] if (step + i) % 3 else [22])[: len(out.scheduled_spec_decode_tokens.get(r, ())) + 1]
+                   for i, r in enumerate(ids)}
+        runner_output = output(ids, sampled)
+        resume = time.perf_counter()
+        s.update_from_output(out, runner_output)
+        times.append(time.perf_counter() - resume + middle - start)
+        assert len(out.num_scheduled_tokens) == requests, "every request must stay running"
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model")
+    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    init_none_hash(sha256)
+    policies = [None, "fixed", "phase", "adaptive"]
+    times: dict[str | None, list[float]] = {p: [] for p in policies}
+    for _ in range(args.rounds):  # interleaved, so drift hits all alike
+        for policy in policies:
+            times[policy] += step_times(args.model, policy, args.requests, args.steps)[20:]
+    base = statistics.median(times[None])
+    print(f"{args.requests} running requests, {len(times[None])} steps each, median per step (schedule + update):")
+    print(f"  vLLM path (ds4x off):            {base * 1e3:.3f} ms")
+    for policy in policies[1:]:
+        t = statistics.median(times[policy])
+        print(f"  {policy:<8} + phase tracking:       {t * 1e3:.3f} ms  ({t / base - 1:+.1%})")
+
+
+if __name__ == "__main__":
+    main()
