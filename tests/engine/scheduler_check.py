@@ -133,7 +133,20 @@ def run_async(model: str, draft_depth: dict | None) -> dict:
     return result
 
 
+def use_cpu_platform() -> None:
+    """A Python tree put on PYTHONPATH (the patched fork, not installed here)
+    cannot find its own version to detect the platform: name it."""
+    import vllm.platforms
+    from vllm.platforms.cpu import CpuPlatform
+
+    vllm.platforms._current_platform = CpuPlatform()
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[3] == "--cpu-platform":
+        use_cpu_platform()
     init_none_hash(sha256)
     model, policy = sys.argv[1], json.loads(sys.argv[2])
-    print(json.dumps({"sync": run_sync(model, policy), "async": run_async(model, policy)}))
+    import vllm
+
+    print(json.dumps({"sync": run_sync(model, policy), "async": run_async(model, policy), "vllm": vllm.__file__}))

@@ -98,10 +98,10 @@ def tiny_model(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return dest
 
 
-def engine_json(python: Path, script: str, *args: object, timeout: int = 600) -> dict:
+def engine_json(python: Path, script: str, *args: object, timeout: int = 600, env: dict | None = None) -> dict:
     """Run a tests/engine script in the engine venv; its last stdout line is JSON."""
     done = subprocess.run([python, ROOT / "tests/engine" / script, *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
     if done.returncode:
         raise AssertionError(f"{script} failed ({done.returncode}):\n{done.stderr[-4000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from ds4x import sources
 from ds4x.cli import main
+from tests.integration.conftest import engine_json
 
 FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
 pytestmark = [
@@ -48,3 +50,19 @@ def test_patched_envs_hooks(patched_fork: Path) -> None:
         "model.layers.43.ffn.experts": [True, False, True],
     }
     assert out["drafts_on_gpu=False"]["model.layers.43.ffn.experts"] == [False, True, True]
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_fork_scheduler_verifies_each_requests_depth(patched_fork: Path, engine_python: Path, tiny_model: Path) -> None:
+    """The same scheduler-level run as for vLLM 0.27.1, on the patched fork's own
+    scheduler (its Python tree first on the path, CPU platform named)."""
+    env = {**os.environ, "PYTHONPATH": str(patched_fork)}
+    out = engine_json(engine_python, "scheduler_check.py", tiny_model, '{"policy": "phase"}', "--cpu-platform", env=env)
+    assert out["vllm"].startswith(str(patched_fork))
+    assert out["sync"]["scheduled_drafts"] == {"r": 1, "a": 2, "o": 0}
+    assert out["sync"]["kv_blocks"] == {"r": 2, "a": 2, "o": 1}
+    assert out["sync"]["computed_after"] == {"r": 14, "a": 15, "o": 14}
+    assert out["sync"]["after_end_think"] == {"r": 2, "a": 2, "o": 0}
+    assert out["async"]["placeholders"] == {"r": [-1], "a": [-1, -1]}
+    assert out["async"]["output_placeholders_after"] == {"r": 0, "a": 0}
