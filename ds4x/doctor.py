@@ -19,9 +19,10 @@ from types import ModuleType
 from typing import Any
 
 PROVENANCE = "ds4x_provenance.json"
-# Where each project keeps its lookup; loaded from the file so a broken
-# package __init__ cannot hide the answer.
-LOOKUPS = {"flashinfer": "flashinfer/comm/cuda_ipc.py", "vllm": "vllm/utils/system_utils.py"}
+# Where each project keeps its lookup. FlashInfer's module is loaded from its
+# file (its package __init__ compiles kernels); it resolves libcudart at import,
+# so a hijack shows as that import failing with the user's error.
+LOOKUPS = {"flashinfer": "flashinfer/comm/cuda_ipc.py", "vllm": "vllm.utils.system_utils"}
 
 
 def installed_provenance() -> list[dict[str, Any]]:
@@ -53,9 +54,13 @@ def resolve(package: str, lib: str = "libcudart") -> dict[str, Any]:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return {"package": package, "status": "not installed"}
-    path = Path(next(iter(spec.submodule_search_locations))).parent / LOOKUPS[package]
+    where = LOOKUPS[package]
     try:
-        found = _load_file(package, path).find_loaded_library(lib)
+        if where.endswith(".py"):
+            module = _load_file(package, Path(next(iter(spec.submodule_search_locations))).parent / where)
+        else:
+            module = importlib.import_module(where)
+        found = module.find_loaded_library(lib)
     except Exception as e:  # report, never crash the report
         return {"package": package, "status": f"lookup failed: {type(e).__name__}: {e}"}
     result: dict[str, Any] = {"package": package, "resolves": found}
