@@ -200,8 +200,13 @@ def test_adaptive_times_untimed_depths_then_uses_the_timings() -> None:
 
 def test_live_step_costs_replace_the_prior() -> None:
     costs = dd.StepCosts(prior=[1.0, 1.0, 1.0], smoothing=0.5)
-    costs.observe(1, 0.010)
-    assert costs.relative() == pytest.approx([0.010, 0.010, 0.010])
-    costs.observe(3, 0.030)
-    assert costs.relative() == pytest.approx([0.010, 0.020, 0.030])
+    for seconds in (0.010, 0.011, 0.500):  # one stray slow step
+        costs.observe(1, seconds)
+    assert costs.relative() == pytest.approx([0.011, 0.011, 0.011])  # median; the rest scaled from the prior
+    for seconds in (0.030, 0.029, 0.031):
+        costs.observe(3, seconds)
+    assert costs.relative() == pytest.approx([0.011, 0.0205, 0.030])
     assert costs.unmeasured() == [2]
+    for _ in range(600):
+        costs.observe(1, 0.010)
+    assert costs.unmeasured() == [2, 3]  # 3 tokens not timed for 600 steps: stale

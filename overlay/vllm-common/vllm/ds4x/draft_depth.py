@@ -64,9 +64,10 @@ class DraftDepthConfig:
     probe_interval: int = 8
     """adaptive: at depth 0 nothing is verified, so every this many steps one
     draft is verified to keep the acceptance estimate current."""
-    explore_steps: int = 64
-    """adaptive: steps it may spend at depths whose step cost was never timed,
-    to time them (live timings come from batches of one verify length)."""
+    explore_steps: int = 16
+    """adaptive: steps it may spend in a row at depths whose step cost is untimed
+    or stale, to time them (live timings come from batches of one verify
+    length); the allowance refills by one every 16 verified steps."""
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None, k_max: int) -> DraftDepthConfig:
@@ -205,27 +206,43 @@ class Acceptance:
 @dataclass
 class StepCosts:
     """Seconds per step by tokens verified per request (1..K_max+1): the prior
-    from the config until live timings arrive, then running averages."""
+    from the config until live timings arrive, then the median of the latest
+    timings (robust to a stray slow step). A length not timed lately is stale."""
 
     prior: list[float]
     smoothing: float
-    seen: dict[int, float] = field(default_factory=dict)
+    window: int = 15
+    min_samples: int = 3
+    stale_after: int = 512
+    samples: dict[int, list[float]] = field(default_factory=dict)
+    last_seen: dict[int, int] = field(default_factory=dict)
+    clock: int = 0
     _relative: list[float] | None = None
 
     def observe(self, tokens: int, seconds: float) -> None:
-        old = self.seen.get(tokens)
-        self.seen[tokens] = seconds if old is None else old + self.smoothing * (seconds - old)
+        kept = self.samples.setdefault(tokens, [])
+        kept.append(seconds)
+        del kept[: -self.window]
+        self.clock += 1
+        self.last_seen[tokens] = self.clock
         self._relative = None
 
+    @property
+    def seen(self) -> dict[int, float]:
+        return {t: sorted(v)[len(v) // 2] for t, v in self.samples.items() if len(v) >= self.min_samples}
+
     def relative(self) -> list[float]:
-        """Cost of 1..K_max+1 tokens; unmeasured entries scaled from the prior."""
+        """Cost of 1..K_max+1 tokens; untimed entries scaled from the prior."""
         if self._relative is None:
-            scale = sum(self.seen[t] / self.prior[t - 1] for t in self.seen) / len(self.seen) if self.seen else 1.0
-            self._relative = [self.seen.get(t, self.prior[t - 1] * scale) for t in range(1, len(self.prior) + 1)]
+            seen = self.seen
+            scale = sum(seen[t] / self.prior[t - 1] for t in seen) / len(seen) if seen else 1.0
+            self._relative = [seen.get(t, self.prior[t - 1] * scale) for t in range(1, len(self.prior) + 1)]
         return self._relative
 
     def unmeasured(self) -> list[int]:
-        return [t for t in range(1, len(self.prior) + 1) if t not in self.seen]
+        """Lengths with too few timings, or none lately."""
+        return [t for t in range(1, len(self.prior) + 1)
+                if len(self.samples.get(t, ())) < self.min_samples or self.clock - self.last_seen[t] > self.stale_after]
 
 
 def best_depth(acceptance: Sequence[float], costs: Sequence[float], lo: int, hi: int) -> tuple[int, list[float]]:
@@ -244,6 +261,7 @@ class RequestState:
     acceptance: dict[str, Acceptance]
     since_switch: int = 0
     unverified_steps: int = 0
+    exploring: bool = False
 
 
 class DepthPolicy:
@@ -262,6 +280,7 @@ class DepthPolicy:
         self.seed = {p: Acceptance([config.prior_acceptance] * k_max, config.smoothing) for p in (REASONING, ANSWER)}
         self.requests: dict[str, RequestState] = {}
         self.explore_left = config.explore_steps
+        self.verifications = 0
 
     def phase_depth(self, phase: str) -> int:
         if self.config.policy == "phase":
@@ -298,7 +317,11 @@ class DepthPolicy:
             self.tokens(state, new)
 
     def tokens(self, state: RequestState, new: Sequence[int]) -> None:
-        """Every step's new tokens: the phase, and the probe at depth 0."""
+        """Every step's new tokens: the phase, the end of an exploring step, and
+        the probe at depth 0."""
+        if state.exploring:
+            state.exploring = False
+            state.depth = self._decide(state, force=True)
         if self.tracker is not None:
             phase, state.tail = self.tracker.feed(state.phase, state.tail, new)
             if phase != state.phase:
@@ -319,6 +342,9 @@ class DepthPolicy:
             return
         state.acceptance[state.phase].observe(drafted, accepted)
         state.since_switch += 1
+        self.verifications += 1
+        if self.verifications % 16 == 0 and self.explore_left < self.config.explore_steps:
+            self.explore_left += 1
         if state.since_switch >= self.config.hold_steps:  # decide every hold_steps verifications
             state.depth = self._decide(state)
 
@@ -336,8 +362,9 @@ class DepthPolicy:
         if self.config.policy != "adaptive":
             return self.phase_depth(state.phase)
         untimed = [t - 1 for t in self.costs.unmeasured() if self.config.min_depth <= t - 1 <= self.k_max]
-        if untimed and self.explore_left > 0:
+        if untimed and self.explore_left > 0:  # one step at an untimed depth, to time it
             self.explore_left -= 1
+            state.exploring = True
             return untimed[0]
         costs = self.costs.relative()
         best, rates = best_depth(state.acceptance[state.phase].estimate(), costs, self.config.min_depth, self.k_max)

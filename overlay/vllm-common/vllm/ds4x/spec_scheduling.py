@@ -41,7 +41,7 @@ def phase_tracker(vllm_config) -> PhaseTracker | None:
 class DraftDepthScheduling:
     def __init__(self, policy: DepthPolicy) -> None:
         self.policy = policy
-        self._step: tuple[frozenset[str], int] | None = None
+        self._previous: frozenset[str] = frozenset()
         self._step_end: float | None = None
 
     @classmethod
@@ -95,19 +95,23 @@ class DraftDepthScheduling:
         self.policy.forget(request_id)
 
     def on_step_end(self, scheduler_output) -> None:
-        """Live step cost: wall time between consecutive step ends, credited to
-        the previous step when it was a pure decode batch of one verify length."""
+        """Live step cost: wall time since the previous step ended, credited to
+        this step when it was a pure decode batch of one verify length and ran
+        the same requests as the one before (no idle gap, no admission)."""
         now = time.perf_counter()
         scheduled = scheduler_output.num_scheduled_tokens
         requests = frozenset(scheduled)
-        # Same requests as the step before: no idle gap or admission in between.
-        if self._step is not None and self._step[0] == requests and self._step_end is not None:
-            self.policy.costs.observe(self._step[1], now - self._step_end)
-        tokens = set(scheduled.values())
-        uniform = len(tokens) == 1 and 1 <= min(tokens) <= self.policy.k_max + 1
-        self._step = (requests, tokens.pop()) if uniform and not scheduler_output.scheduled_new_reqs else None
-        self._step_end = now
-
+        lengths = set(scheduled.values())
+        if (
+            len(lengths) == 1
+            and requests == self._previous
+            and not scheduler_output.scheduled_new_reqs
+            and self._step_end is not None
+        ):
+            tokens = lengths.pop()
+            if tokens <= self.policy.k_max + 1:
+                self.policy.costs.observe(tokens, now - self._step_end)
+        self._previous, self._step_end = requests, now
 
 def validate_request(params, speculative_config) -> None:
     """The front end's check of a client's own draft_depth: a 400 that names it,
