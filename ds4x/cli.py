@@ -158,7 +158,8 @@ def cmd_wheel(args: argparse.Namespace) -> int:
     constraints = wheel.write_constraints(dist, built)
     for b in built:
         print(f"{b.path}  {b.path.stat().st_size / 2**20:.1f} MiB  sha256:{b.sha256}")
-    print(f"{constraints}: install with `pip install {' '.join(str(b.path) for b in built)} -c {constraints}`")
+    print(f"install (hash-checked): pip install --no-deps --require-hashes --no-index --find-links {dist} "
+          f"-r {constraints}   then, for their dependencies: pip install {dist}/*.whl")
     return 0
 
 

@@ -68,6 +68,10 @@ def _metadata(text: str, version: str) -> str:
 def _entry(name: str, epoch: int) -> zipfile.ZipInfo:
     info = zipfile.ZipInfo(name, time.gmtime(max(epoch, 315532800))[:6])
     info.compress_type = zipfile.ZIP_DEFLATED
+    # Level 1: a warm rebuild recompresses ~400 MB of kernels; level 6 triples
+    # the time for a wheel ~11% smaller. (`_compresslevel`: no public setter
+    # before Python 3.13, which keeps it as an alias.)
+    info._compresslevel = 1  # type: ignore[attr-defined]
     info.external_attr = 0o644 << 16
     return info
 
