@@ -114,7 +114,8 @@ def plot(path: Path, ceiling: list[float], fits: int) -> None:
         raise Ds4xError("--plot needs matplotlib", "pip install 'ds4x[plot]'") from None
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(range(len(ceiling)), ceiling, marker=".")
-    ax.axvline(fits, color="tab:red", linestyle="--", label=f"{fits} fit in VRAM")
+    ax.set_yscale("log")  # the bound is hyperbolic: only the left end is reachable on one GPU
+    ax.axvline(fits, color="tab:red", linestyle="--", label=f"{fits} fit in VRAM: {ceiling[fits]:.1f} tok/s")
     ax.set_xlabel("resident MoE layers")
     ax.set_ylabel("decode ceiling (tok/s)")
     ax.set_title("RAM-bandwidth bound on decode")

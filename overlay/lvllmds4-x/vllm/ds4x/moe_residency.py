@@ -12,6 +12,7 @@ from vllm.logger import init_logger
 logger = init_logger(__name__)
 
 _placement: mp.Placement | None = None
+_planned: tuple[int, str] | None = None  # (bytes of weights planned on this GPU, summary)
 
 
 def _draft_layers(vllm_config) -> int:
@@ -55,7 +56,11 @@ def decide(vllm_config, selection: mp.Selection, draft_resident: bool) -> mp.Pla
         tp_size=parallel.tensor_parallel_size,
         verify_tokens=1 + (spec.num_speculative_tokens if spec else 0),
     )
-    logger.info("ds4x MoE placement: %s", mp.summary(shape, placement, plan, parallel.tensor_parallel_size))
+    global _planned
+    text = mp.summary(shape, placement, plan, parallel.tensor_parallel_size)
+    per_layer = shape.layer_bytes // parallel.tensor_parallel_size
+    _planned = (plan.non_expert + plan.draft_layers + len(placement.resident) * per_layer, text)
+    logger.info("ds4x MoE placement plan: %s", text)
     return placement
 
 
@@ -67,6 +72,15 @@ def current() -> mp.Placement:
 
         _placement = decide(get_current_vllm_config(), selection, draft_resident)
     return _placement
+
+
+def log_placement(model_memory_bytes: int) -> None:
+    """After loading: the placement again, beside what the weights really took."""
+    if _planned is None:
+        return
+    planned, text = _planned
+    logger.info("ds4x MoE placement after loading: weights take %.2f GiB on this GPU (planned %.2f GiB); %s",
+                model_memory_bytes / mp.GIB, planned / mp.GIB, text)
 
 
 def is_resident_layer(layer_name: str) -> bool:
