@@ -9,6 +9,10 @@
     auto                    as many as fit the VRAM budget left after weights and KV cache
     auto:<GiB>              as many as fit <GiB> of VRAM (per GPU)
 
+``auto`` ranks layers by expected distinct experts per verify step, from the
+expert counts in ``LVLLM_GPU_RESIDENT_ROUTING_STATS`` (JSON ``{"<layer>":
+[count per expert, ...]}``) when given, else lowest index first.
+
 Draft layers (MTP / DSpark, named ``model.layers.{num_hidden_layers + i}``) are
 resident by default when a draft model is on, and counted in the budget;
 ``LVLLM_GPU_RESIDENT_DRAFT_LAYERS=0`` puts them with the CPU layers.
@@ -29,6 +33,7 @@ LAYERS_ENV = "LVLLM_GPU_RESIDENT_MOE_LAYERS"
 DRAFT_ENV = "LVLLM_GPU_RESIDENT_DRAFT_LAYERS"
 PREFETCH_ENV = "LVLLM_GPU_PREFETCH_WINDOW"
 PREFILL_MIN_ENV = "LVLLM_GPU_PREFILL_MIN_BATCH_SIZE"
+ROUTING_ENV = "LVLLM_GPU_RESIDENT_ROUTING_STATS"
 DEFAULT_PREFETCH_WINDOW = 3  # the fork declared 1 but defaulted to 3: keep what runs today
 GIB = 1024**3
 _EXAMPLE = "e.g. 0,1 or 0-3,10 or all, none, auto, auto:6.5"

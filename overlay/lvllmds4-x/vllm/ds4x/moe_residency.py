@@ -4,6 +4,7 @@
 Placement per process, decided before the first expert weight is created and
 logged once. The arithmetic lives in vllm.ds4x.moe_placement."""
 
+import json
 import os
 
 from vllm.ds4x import moe_placement as mp
@@ -27,6 +28,19 @@ def read_env() -> tuple[mp.Selection, bool]:
     """Both variables, parsed whole: a typo fails here, before any GPU work."""
     selection = mp.parse_layers(os.environ.get(mp.LAYERS_ENV))
     return selection, mp.parse_flag(os.environ.get(mp.DRAFT_ENV), mp.DRAFT_ENV, default=True)
+
+
+def routing_stats() -> dict[int, list[float]] | None:
+    """Expert counts per layer (JSON {"<layer>": [count per expert]}) to rank
+    layers for `auto`, from LVLLM_GPU_RESIDENT_ROUTING_STATS when set."""
+    path = os.environ.get(mp.ROUTING_ENV)
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            return {int(layer): counts for layer, counts in json.load(f).items()}
+    except (OSError, ValueError) as e:
+        raise mp.PlacementError(f"{mp.ROUTING_ENV}={path!r}: {e}") from e
 
 
 def decide(vllm_config, selection: mp.Selection, draft_resident: bool) -> mp.Placement:
@@ -55,6 +69,7 @@ def decide(vllm_config, selection: mp.Selection, draft_resident: bool) -> mp.Pla
         draft_resident=draft_resident,
         tp_size=parallel.tensor_parallel_size,
         verify_tokens=1 + (spec.num_speculative_tokens if spec else 0),
+        routing=routing_stats(),
     )
     global _planned
     text = mp.summary(shape, placement, plan, parallel.tensor_parallel_size)
