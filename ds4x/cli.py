@@ -8,7 +8,6 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from ds4x import __version__, log, pins
@@ -72,10 +71,9 @@ def _chosen(args: argparse.Namespace, all_by_default: bool = False) -> list[pins
 
 
 def _one(args: argparse.Namespace) -> pins.Target:
-    chosen = _chosen(args)
     if len(args.target) != 1:
-        raise Ds4xError("name exactly one --target", exit_code=2)
-    return chosen[0]
+        raise Ds4xError(f"{args.command} works on one target", "name it with --target", exit_code=2)
+    return _chosen(args)[0]
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:

@@ -104,6 +104,8 @@ def check(base: Base, layout: Layout) -> list[str]:
 
 def refresh(tree: Path, layout: Layout, target: str) -> list[str]:
     """Write the work tree's commits back as patch files and the series."""
+    if not (tree / ".git").is_dir():
+        raise Ds4xError(f"{tree} is not a development tree", f"run `build.py apply --target {target}` first")
     folder = layout.series(target).parent
     folder.mkdir(parents=True, exist_ok=True)
     names: list[str] = []

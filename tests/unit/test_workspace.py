@@ -168,3 +168,12 @@ def test_unknown_target_exit_code(capsys: pytest.CaptureFixture[str], project: P
     code, _, err = run(capsys, project, tmp_path, git_repo, "fetch", "--target", "nope")
     assert code == 2
     assert err == "error: unknown target 'nope'\nhint: choose one of: demo\n"
+
+
+def test_refresh_without_a_tree_says_apply_first(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    code, _, err = run(capsys, project, tmp_path, git_repo, "refresh", "--target", "demo")
+    assert code == 1
+    assert f"error: {project / 'work' / 'demo'} is not a development tree" in err
+    assert "hint: run `build.py apply --target demo` first" in err
+    code, _, err = run(capsys, project, tmp_path, git_repo, "refresh")
+    assert (code, err) == (2, "error: refresh works on one target\nhint: name it with --target\n")
