@@ -38,23 +38,12 @@ def check_kernels_choice(target: Target, kernels: str | None) -> None:
 
 def _wheel_from(spec: str, settings: Settings) -> Path:
     where = spec.removeprefix("wheel:")
-    if "://" not in where:
-        path = Path(where)
-        if not path.is_file():
-            raise InputError(f"--kernels {spec}: no such file", "give the path or URL of a .whl")
-        return path
-    dest = settings.cache / "downloads" / where.rsplit("/", 1)[-1]
-    if not dest.exists():
-        import urllib.request
-
-        part = dest.with_name(dest.name + ".part")
-        try:
-            urllib.request.urlretrieve(where, part)
-        except OSError as e:
-            part.unlink(missing_ok=True)
-            raise Ds4xError(f"cannot download {where}: {e}", "download it yourself and pass the path") from e
-        os.replace(part, dest)
-    return dest
+    if "://" in where:
+        return sources.fetch_url(where, settings)
+    path = Path(where)
+    if not path.is_file():
+        raise InputError(f"--kernels {spec}: no such file", "give the path or URL of a .whl")
+    return path
 
 
 def _check_same_kernels(target: Target, base: Base, kernels: Path) -> None:

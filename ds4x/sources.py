@@ -122,6 +122,34 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _stream(url: str, dest: Path, label: str) -> None:
+    """Download to `dest.part` with a progress bar, then rename; nothing partial stays."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=120) as response, part.open("wb") as out:
+            with progress(int(response.headers.get("Content-Length") or 0) or None, label) as bar:
+                for block in iter(lambda: response.read(1 << 20), b""):
+                    out.write(block)
+                    bar.update(len(block))
+    except BaseException as e:
+        part.unlink(missing_ok=True)
+        if isinstance(e, (urllib.error.URLError, OSError)):
+            raise Ds4xError(f"cannot download {label}: {e}", "check the network and PIP_INDEX_URL") from e
+        raise
+    os.replace(part, dest)
+
+
+def fetch_url(url: str, settings: Settings) -> Path:
+    """A file named by URL (`--kernels wheel:https://...`), kept in the cache by its name."""
+    dest = settings.cache / "downloads" / url.rsplit("/", 1)[-1]
+    if not dest.exists():
+        if settings.offline:
+            raise Ds4xError(f"{dest.name} is not in the cache ({dest.parent})", "run once without --offline")
+        _stream(url, dest, dest.name)
+    return dest
+
+
 def download(artifact: Artifact, settings: Settings) -> Path:
     """The artifact from the cache, else the index; sha256-checked either way."""
     dest = settings.cache / "downloads" / artifact.filename
@@ -129,26 +157,18 @@ def download(artifact: Artifact, settings: Settings) -> Path:
         return dest
     if settings.offline:
         raise Ds4xError(f"{artifact.filename} is not in the cache ({dest.parent})", "run once without --offline")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
     try:
         url = _file_url(artifact)
-        with urllib.request.urlopen(url, timeout=120) as response, part.open("wb") as out:
-            with progress(int(response.headers.get("Content-Length") or 0) or None, artifact.filename) as bar:
-                for block in iter(lambda: response.read(1 << 20), b""):
-                    out.write(block)
-                    bar.update(len(block))
     except (urllib.error.URLError, OSError) as e:
-        part.unlink(missing_ok=True)
         raise Ds4xError(f"cannot download {artifact.filename}: {e}", "check the network and PIP_INDEX_URL") from e
-    actual = sha256_file(part)
+    _stream(url, dest, artifact.filename)
+    actual = sha256_file(dest)
     if actual != artifact.sha256:
-        part.unlink()
+        dest.unlink()
         raise Ds4xError(
             f"{artifact.filename}: sha256 {actual} does not match the pin {artifact.sha256}",
             "the index serves a different file; check PIP_INDEX_URL or update pins.toml",
         )
-    os.replace(part, dest)
     return dest
 
 

@@ -114,4 +114,13 @@ def test_network_down(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     with pytest.raises(Ds4xError, match="cannot download demo-1.0.whl"):
         sources.download(artifact("0" * 64), sources.Settings(cache=tmp_path))
-    assert list((tmp_path / "downloads").iterdir()) == []
+    assert not any((tmp_path / "downloads").glob("*"))
+
+
+def test_fetch_url_streams_into_the_cache(index: str, tmp_path: Path) -> None:
+    path = sources.fetch_url(f"{index}/files/demo-1.0.whl", sources.Settings(cache=tmp_path))
+    assert path == tmp_path / "downloads" / "demo-1.0.whl" and path.read_bytes() == PAYLOAD
+    assert sources.fetch_url(f"{index}/files/demo-1.0.whl", sources.Settings(cache=tmp_path, offline=True)) == path
+    with pytest.raises(Ds4xError, match="cannot download missing.whl"):
+        sources.fetch_url(f"{index}/files/missing.whl", sources.Settings(cache=tmp_path))
+    assert sorted(p.name for p in (tmp_path / "downloads").iterdir()) == ["demo-1.0.whl"]
