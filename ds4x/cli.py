@@ -60,7 +60,7 @@ def _layout(args: argparse.Namespace) -> workspace.Layout:
 
 
 def _work_dir(args: argparse.Namespace, target: pins.Target) -> Path:
-    return args.dir or args.pins.parent / "work" / target.name
+    return args.dir or args.pins.parent / "trees" / target.name
 
 
 def _chosen(args: argparse.Namespace, all_by_default: bool = False) -> list[pins.Target]:
@@ -204,7 +204,7 @@ def parser() -> argparse.ArgumentParser:
     ):
         p = add(name, func, text)
         _targets(p, "required")
-        p.add_argument("--dir", type=Path, help="development tree (default: work/<target>)")
+        p.add_argument("--dir", type=Path, help="development tree (default: trees/<target>)")
     p = add("export", cmd_export, "write a target's series as upstream-ready format-patch files")
     _targets(p, "required")
     p.add_argument("--output", type=Path, help="folder (default: dist/patches/<target>)")

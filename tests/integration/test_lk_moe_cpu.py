@@ -43,7 +43,7 @@ def lk_python() -> Path:
         return python
     found = python312()
     if found is None:
-        pytest.skip("lk_moe needs CPython 3.12 (cp312 wheels only); none on PATH or in pyenv")
+        pytest.skip(reason="lk_moe needs CPython 3.12 (cp312 wheels only); none on PATH or in pyenv")
     command, env = found
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([*command, "-m", "venv", str(venv)], env=env, check=True)

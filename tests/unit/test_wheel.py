@@ -118,7 +118,7 @@ def test_wheel_command_end_to_end(capsys: pytest.CaptureFixture[str], project: P
     sha = hashlib.sha256(built.read_bytes()).hexdigest()
     assert f"sha256:{sha}" in out
     with zipfile.ZipFile(built) as zf:
-        assert zf.read("demo/lookup.py") == (project / "work/demo/demo/lookup.py").read_bytes()
+        assert zf.read("demo/lookup.py") == (project / "trees/demo/demo/lookup.py").read_bytes()
         assert zf.read("demo/extra.py") == b"ANSWER = 42\n" and zf.read("demo/_C.so") == b"ELF kernels"
         info = built.name.split("-cp311")[0] + ".dist-info"
         record = json.loads(zf.read(f"{info}/ds4x_provenance.json"))

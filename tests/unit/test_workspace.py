@@ -30,7 +30,7 @@ def run(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_r
 def make_patch(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> Path:
     """The developer loop: apply, edit, commit, refresh."""
     assert run(capsys, project, tmp_path, git_repo, "apply", "--target", "demo")[0] == 0
-    tree = project / "work" / "demo"
+    tree = project / "trees" / "demo"
     (tree / "demo/lookup.py").write_text("def find(name):\n    return name == 'libcudart.so'\n\n\nLIMIT = 1\n")
     git(tree, "commit", "-qam", MESSAGE)
     code, out, _ = run(capsys, project, tmp_path, git_repo, "refresh", "--target", "demo")
@@ -144,7 +144,7 @@ def test_patch_already_upstream_is_reported(capsys: pytest.CaptureFixture[str], 
 def test_apply_refuses_existing_tree_and_leaves_none_on_failure(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
     make_patch(capsys, project, tmp_path, git_repo)
     code, _, err = run(capsys, project, tmp_path, git_repo, "apply", "--target", "demo")
-    assert code == 1 and "work/demo exists" in err
+    assert code == 1 and "trees/demo exists" in err
     (project / "patches/demo/demo-exact-lookup.patch").write_text("not a patch\n")
     code, _, err = run(capsys, project, tmp_path, git_repo, "apply", "--target", "demo", "--dir", str(tmp_path / "t2"))
     assert code == 2 and "not a git format-patch file" in err
@@ -173,7 +173,7 @@ def test_unknown_target_exit_code(capsys: pytest.CaptureFixture[str], project: P
 def test_refresh_without_a_tree_says_apply_first(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
     code, _, err = run(capsys, project, tmp_path, git_repo, "refresh", "--target", "demo")
     assert code == 1
-    assert f"error: {project / 'work' / 'demo'} is not a development tree" in err
+    assert f"error: {project / 'trees' / 'demo'} is not a development tree" in err
     assert "hint: run `build.py apply --target demo` first" in err
     code, _, err = run(capsys, project, tmp_path, git_repo, "refresh")
     assert (code, err) == (2, "error: refresh works on one target\nhint: name it with --target\n")
