@@ -199,7 +199,7 @@ def test_adaptive_times_untimed_depths_then_uses_the_timings() -> None:
 
 
 def test_live_step_costs_replace_the_prior() -> None:
-    costs = dd.StepCosts(prior=[1.0, 1.0, 1.0], smoothing=0.5)
+    costs = dd.StepCosts(prior=[1.0, 1.0, 1.0])
     for seconds in (0.010, 0.011, 0.500):  # one stray slow step
         costs.observe(1, seconds)
     assert costs.relative() == pytest.approx([0.011, 0.011, 0.011])  # median; the rest scaled from the prior

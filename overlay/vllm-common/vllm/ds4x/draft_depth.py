@@ -210,7 +210,6 @@ class StepCosts:
     timings (robust to a stray slow step). A length not timed lately is stale."""
 
     prior: list[float]
-    smoothing: float
     window: int = 15
     min_samples: int = 3
     stale_after: int = 512
@@ -259,7 +258,7 @@ class RequestState:
     override: int | None
     depth: int
     acceptance: dict[str, Acceptance]
-    since_switch: int = 0
+    since_decision: int = 0
     unverified_steps: int = 0
     exploring: bool = False
 
@@ -275,8 +274,8 @@ class DepthPolicy:
             )
         self.config, self.k_max, self.tracker = config, k_max, tracker
         prior = list(config.step_cost) if config.step_cost else [1.0] * (k_max + 1)
-        self.costs = StepCosts(prior=prior, smoothing=config.smoothing)
-        # engine-wide acceptance per phase (learning slower) seeds new requests
+        self.costs = StepCosts(prior=prior)
+        # engine-wide acceptance per phase, moved by each finished request, seeds new ones
         self.seed = {p: Acceptance([config.prior_acceptance] * k_max, config.smoothing) for p in (REASONING, ANSWER)}
         self.requests: dict[str, RequestState] = {}
         self.explore_left = config.explore_steps
@@ -341,11 +340,11 @@ class DepthPolicy:
         if drafted <= 0 or self.config.policy != "adaptive":
             return
         state.acceptance[state.phase].observe(drafted, accepted)
-        state.since_switch += 1
+        state.since_decision += 1
         self.verifications += 1
         if self.verifications % 16 == 0 and self.explore_left < self.config.explore_steps:
             self.explore_left += 1
-        if state.since_switch >= self.config.hold_steps:  # decide every hold_steps verifications
+        if state.since_decision >= self.config.hold_steps:  # decide every hold_steps verifications
             state.depth = self._decide(state)
 
     def depth(self, request_id: str) -> int:
@@ -369,7 +368,7 @@ class DepthPolicy:
         costs = self.costs.relative()
         best, rates = best_depth(state.acceptance[state.phase].estimate(), costs, self.config.min_depth, self.k_max)
         current = state.depth
-        state.since_switch = 0
+        state.since_decision = 0
         if not force and rates[best] <= rates[current] * (1 + self.config.hysteresis):
             return current
         return best
