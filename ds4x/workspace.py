@@ -93,7 +93,10 @@ def check(base: Base, layout: Layout) -> list[str]:
     folder = layout.series(base.target.name).parent
     with patched_tree(base, layout, with_overlay=False) as tree:
         entries = series.parse_series(layout.series(base.target.name))
-        for entry, text in zip(entries, export_texts(tree)):
+        texts = export_texts(tree)
+        if len(texts) != len(entries):
+            problems.append(f"{len(entries)} patches in the series gave {len(texts)} commits (an empty patch?)")
+        for entry, text in zip(entries, texts):
             if entry.path.read_text(encoding="utf-8") != text:
                 problems.append(f"{entry.path}: re-export differs (run refresh and commit the result)")
         listed = {e.name for e in entries}
