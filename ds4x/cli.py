@@ -60,7 +60,7 @@ def _layout(args: argparse.Namespace) -> workspace.Layout:
 
 
 def _work_dir(args: argparse.Namespace, target: pins.Target) -> Path:
-    return args.dir or args.pins.parent / "trees" / target.name
+    return Path(args.dir) if args.dir else Path(args.pins.parent / "trees" / target.name)
 
 
 def _chosen(args: argparse.Namespace, all_by_default: bool = False) -> list[pins.Target]:

@@ -96,9 +96,11 @@ class _Bar(RemoteProgress):
         super().__init__()
         self.bar = progress(None, "fetch", unit="obj")
 
-    def update(self, op_code: int, cur_count: float, max_count: float | None = None, message: str = "") -> None:
-        self.bar.total = max_count
-        self.bar.n = int(cur_count)
+    def update(
+        self, op_code: int, cur_count: str | float, max_count: str | float | None = None, message: str = ""
+    ) -> None:
+        self.bar.total = float(max_count) if max_count else None
+        self.bar.n = int(float(cur_count))
         self.bar.refresh()
 
 

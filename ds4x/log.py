@@ -8,7 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -45,7 +45,7 @@ def step(title: str) -> Iterator[None]:
     logger.info(_colour("  ✓ %.1fs", "32"), time.monotonic() - start)
 
 
-def progress(total: int | None, desc: str, unit: str = "B") -> tqdm:
+def progress(total: int | None, desc: str, unit: str = "B") -> tqdm[Any]:
     """A byte progress bar on stderr, hidden under -q or when not a TTY."""
     from tqdm import tqdm
 

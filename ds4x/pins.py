@@ -105,19 +105,22 @@ def _artifact(where: str, raw: Any) -> Artifact:
 
 
 _PLAIN = {"description", "default", "package", "overlays", "kernel-sources"}
-_NESTED = {"git": _git, "sdist": _artifact, "wheel": _artifact, "kernels-wheel": _artifact}
+_NESTED = {"git", "sdist", "wheel", "kernels-wheel"}
 
 
 def _target(path: Path, name: str, raw: dict[str, Any]) -> Target:
     where = f"{path}: targets.{name}"
-    unknown = set(raw) - _PLAIN - set(_NESTED)
+    unknown = set(raw) - _PLAIN - _NESTED
     if unknown:
         raise InputError(f"{where}: unknown keys {sorted(unknown)}")
     if "package" not in raw:
         raise InputError(f"{where}: missing 'package'", "name the import package")
-    nested = {k.replace("-", "_"): f(f"{where}.{k}", raw[k]) for k, f in _NESTED.items() if k in raw}
-    if not {"git", "sdist", "wheel"} & set(nested):
+    if not {"git", "sdist", "wheel"} & set(raw):
         raise InputError(f"{where}: no source", "give it a git, sdist or wheel pin")
+
+    def artifact(key: str) -> Artifact | None:
+        return _artifact(f"{where}.{key}", raw[key]) if key in raw else None
+
     return Target(
         name=name,
         description=raw.get("description", ""),
@@ -125,7 +128,10 @@ def _target(path: Path, name: str, raw: dict[str, Any]) -> Target:
         package=raw["package"],
         overlays=tuple(raw.get("overlays", ())),
         kernel_sources=tuple(raw.get("kernel-sources", ())),
-        **nested,
+        git=_git(f"{where}.git", raw["git"]) if "git" in raw else None,
+        sdist=artifact("sdist"),
+        wheel=artifact("wheel"),
+        kernels_wheel=artifact("kernels-wheel"),
     )
 
 

@@ -11,6 +11,7 @@ import json
 import re
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from ds4x.errors import Ds4xError, InputError
 from ds4x.overlay import load_module
@@ -51,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
 
 
-def _load_json(path: Path, what: str) -> dict:
+def _load_json(path: Path, what: str) -> dict[str, Any]:
     try:
         return dict(json.loads(path.read_text(encoding="utf-8")))
     except FileNotFoundError:
@@ -60,7 +61,7 @@ def _load_json(path: Path, what: str) -> dict:
         raise InputError(f"{what} {path}: {e}", "give a JSON file") from None
 
 
-def compute(args: argparse.Namespace) -> dict:
+def compute(args: argparse.Namespace) -> dict[str, Any]:
     mp = placement_module()
     config = _load_json(args.config, "--config")
     try:
@@ -81,7 +82,7 @@ def compute(args: argparse.Namespace) -> dict:
     }
 
 
-def table(args: argparse.Namespace, result: dict) -> str:
+def table(args: argparse.Namespace, result: dict[str, Any]) -> str:
     shape, plan, choice, ceiling, mp = (result[k] for k in ("shape", "budget", "choice", "ceiling", "mp"))
     gib = mp.GIB
     fits = len(choice.layers)

@@ -111,7 +111,7 @@ def _file_url(artifact: Artifact) -> str:
         urls = {Path(urllib.parse.urlparse(u).path).name: u for u in re.findall(r'href="([^"]+)"', body)}
     if artifact.filename not in urls:
         raise Ds4xError(f"{artifact.filename} is not on the index page {page}", "check the pin or PIP_INDEX_URL")
-    return urllib.parse.urljoin(page, urls[artifact.filename]).split("#", 1)[0]
+    return str(urllib.parse.urljoin(page, urls[artifact.filename])).split("#", 1)[0]
 
 
 def sha256_file(path: Path) -> str:
@@ -173,7 +173,7 @@ def download(artifact: Artifact, settings: Settings) -> Path:
 
 
 # Refuse links and special files on every Python that has the filter (3.10.12+).
-_SAFE = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+_HAS_DATA_FILTER = hasattr(tarfile, "data_filter")
 
 
 def _unpack(archive: Path, dest: Path) -> int:
@@ -190,7 +190,10 @@ def _unpack(archive: Path, dest: Path) -> int:
             if not name.startswith(top + "/") or ".." in name.split("/") or not (member.isfile() or member.isdir()):
                 continue
             member.name = name[len(top) + 1 :]
-            tf.extract(member, dest, set_attrs=False, **_SAFE)
+            if _HAS_DATA_FILTER:
+                tf.extract(member, dest, set_attrs=False, filter="data")
+            else:
+                tf.extract(member, dest, set_attrs=False)
         return int(max(m.mtime for m in members))
 
 
