@@ -15,8 +15,9 @@ import json
 import platform
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+from ds4x.overlay import load_file
 
 PROVENANCE = "ds4x_provenance.json"
 # Where each project keeps its lookup. FlashInfer's module is loaded from its
@@ -34,14 +35,6 @@ def installed_provenance() -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: r.get("project", ""))
 
 
-def _load_file(name: str, path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"_ds4x_doctor_{name}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def exports(path: str, symbol: str) -> bool | str:
     try:
         return hasattr(ctypes.CDLL(path), symbol)
@@ -57,7 +50,7 @@ def resolve(package: str, lib: str = "libcudart") -> dict[str, Any]:
     where = LOOKUPS[package]
     try:
         if where.endswith(".py"):
-            module = _load_file(package, Path(next(iter(spec.submodule_search_locations))).parent / where)
+            module = load_file(f"_ds4x_doctor_{package}", Path(next(iter(spec.submodule_search_locations))).parent / where)
         else:
             module = importlib.import_module(where)
         found = module.find_loaded_library(lib)

@@ -45,14 +45,18 @@ def digest(files: dict[str, Path]) -> dict[str, str]:
 OVERLAYS = Path(__file__).resolve().parent.parent / "overlay"
 
 
-def load_module(relative: str) -> ModuleType:
-    """Import one of our pure-Python overlay modules straight from its file, so
-    the tool (plan) and the tests run the very code the wheels ship."""
-    path = OVERLAYS / relative
-    name = "ds4x_overlay_" + path.stem
+def load_file(name: str, path: Path) -> ModuleType:
+    """Import one Python file as module `name`, outside any package."""
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
+
+
+def load_module(relative: str) -> ModuleType:
+    """One of our pure-Python overlay modules, straight from its file, so the
+    tool (plan) and the tests run the very code the wheels ship."""
+    path = OVERLAYS / relative
+    return load_file("ds4x_overlay_" + path.stem, path)

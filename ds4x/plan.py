@@ -93,7 +93,7 @@ def table(args: argparse.Namespace, result: dict[str, Any]) -> str:
         ("reserve (activations, graphs)", f"{plan.reserve / gib:.2f} GiB"),
         (f"draft layers ({shape.num_draft_layers}, {'CPU' if args.cpu_draft_layers else 'GPU'})", f"{plan.draft_layers / gib:.2f} GiB"),
         ("left for resident MoE layers", f"{plan.for_resident_layers / gib:.2f} GiB"),
-        (f"MoE layer ({shape.n_routed_experts} experts x {shape.expert_bytes / 2**20:.2f} MiB)", f"{shape.layer_bytes / args.tp / gib:.2f} GiB per GPU"),
+        (f"MoE layer ({shape.n_routed_experts} experts x {shape.expert_bytes / 2**20:.2f} MiB)", f"{shape.layer_bytes_per_gpu(args.tp) / gib:.2f} GiB per GPU"),
         ("resident layers that fit", f"{fits}: {','.join(map(str, choice.layers)) or 'none'}"),
         (f"decode ceiling, all {len(shape.moe_layers)} MoE layers on CPU", f"{ceiling[0]:.1f} tok/s"),
         (f"decode ceiling, {fits} resident", f"{ceiling[fits]:.1f} tok/s ({ceiling[fits] / ceiling[0] - 1:+.1%})"),

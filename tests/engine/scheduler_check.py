@@ -10,8 +10,14 @@ import json
 import sys
 
 import torch
-
-from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, SpeculativeConfig, StructuredOutputsConfig, VllmConfig
+from vllm.config import (
+    CacheConfig,
+    ModelConfig,
+    SchedulerConfig,
+    SpeculativeConfig,
+    StructuredOutputsConfig,
+    VllmConfig,
+)
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import ctypes
-import importlib.util
 import io
 from pathlib import Path
 from types import ModuleType
@@ -13,6 +12,7 @@ from types import ModuleType
 import pytest
 
 from ds4x import pins, sources
+from ds4x.overlay import load_file
 from tests.integration.conftest import extract
 
 pytestmark = pytest.mark.network
@@ -49,12 +49,7 @@ CASES = {
 
 def load(wheel: Path, dest: Path) -> ModuleType:
     """Import cuda_ipc.py from a wheel; it resolves libcudart at import time."""
-    path = extract(wheel, "flashinfer/comm/cuda_ipc.py", dest)
-    spec = importlib.util.spec_from_file_location(f"cuda_ipc_{dest.parent.name}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(f"cuda_ipc_{dest.parent.name}", extract(wheel, "flashinfer/comm/cuda_ipc.py", dest))
 
 
 @pytest.fixture(scope="module")

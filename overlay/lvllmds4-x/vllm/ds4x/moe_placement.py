@@ -141,6 +141,10 @@ class ModelShape:
     def layer_bytes(self) -> int:
         return self.n_routed_experts * self.expert_bytes
 
+    def layer_bytes_per_gpu(self, tp_size: int) -> int:
+        """Tensor parallelism splits every expert across the ranks."""
+        return self.layer_bytes // tp_size
+
 
 # Bytes per parameter of routed experts: FP4 (e2m1) with one e8m0 scale per 32.
 EXPERT_BYTES_PER_PARAM = {"fp4": 0.5 + 1 / 32, "fp8": 1 + 4 / (128 * 128), "bf16": 2.0}
@@ -295,7 +299,7 @@ class Choice:
 def choose_auto(shape: ModelShape, budget_bytes: int, tp_size: int, tokens: int,
                 routing: Mapping[int, Sequence[float]] | None = None) -> Choice:
     """Highest expected-cost layers first; ties (and no statistics) by lowest index."""
-    per_layer = shape.layer_bytes // tp_size
+    per_layer = shape.layer_bytes_per_gpu(tp_size)
     fit = max(0, budget_bytes // per_layer) if per_layer else 0
     scores = layer_scores(shape, tokens, routing)
     ranked = sorted(shape.moe_layers, key=lambda layer: (-round(scores[layer], 6), layer))
@@ -337,7 +341,7 @@ class Placement:
 
 def summary(shape: ModelShape, placement: Placement, plan: Budget, tp_size: int = 1) -> str:
     """One placement summary line for the log."""
-    per_layer = shape.layer_bytes // tp_size
+    per_layer = shape.layer_bytes_per_gpu(tp_size)
     resident = sorted(placement.resident)
     cpu = [layer for layer in shape.moe_layers if layer not in placement.resident]
     left = plan.for_resident_layers - len(resident) * per_layer
@@ -370,7 +374,7 @@ def place(
     routing: Mapping[int, Sequence[float]] | None = None,
 ) -> Placement:
     """Decide, and refuse with numbers what cannot fit."""
-    per_layer = shape.layer_bytes // tp_size
+    per_layer = shape.layer_bytes_per_gpu(tp_size)
     if selection.mode == "auto":
         room = int(selection.budget_gib * GIB) if selection.budget_gib is not None else plan.for_resident_layers
         choice = choose_auto(shape, room, tp_size, verify_tokens, routing)

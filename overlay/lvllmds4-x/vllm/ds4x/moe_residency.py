@@ -73,7 +73,7 @@ def decide(vllm_config, selection: mp.Selection, draft_resident: bool) -> mp.Pla
     )
     global _planned
     text = mp.summary(shape, placement, plan, parallel.tensor_parallel_size)
-    per_layer = shape.layer_bytes // parallel.tensor_parallel_size
+    per_layer = shape.layer_bytes_per_gpu(parallel.tensor_parallel_size)
     _planned = (plan.non_expert + plan.draft_layers + len(placement.resident) * per_layer, text)
     logger.info("ds4x MoE placement plan: %s", text)
     return placement
