@@ -1,7 +1,9 @@
 """End to end on CPU: the patched vLLM engine, a tiny random reasoning model,
-n-gram speculation with K_max=2 and the phase policy, requests in reasoning
-and in answer at once; then the same prompts without speculation.
-Prints one JSON line: the engine's own metrics and whether greedy outputs match.
+n-gram speculation with K_max=2 and the phase policy (1/2, then 0/2), and the
+same prompts without speculation. Each engine runs three batches: reasoning
+requests alone, answer requests alone, then all four together (one verify
+depth for the batch: the deepest chosen). Prints one JSON line: per engine,
+the greedy tokens of each batch and the engine's own spec-decode metrics.
 
 Usage: e2e_check.py MODEL_DIR
 """
@@ -18,8 +20,13 @@ PROMPTS = {
     "answer-1": "for i in range(10):\n    print(i)\n<think></think>for i in range(10):\n",
     "answer-2": "The answer is to call the tool.<think>plan</think>The answer is to call",
 }
-SPEC = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1,
-        "draft_depth": {"policy": "phase", "reasoning_depth": 1, "answer_depth": 2}}
+BATCHES = {"reasoning": ["reasoning-1", "reasoning-2"], "answer": ["answer-1", "answer-2"], "mixed": list(PROMPTS)}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+ENGINES = {
+    "plain": None,
+    "phase 1/2": {**NGRAM, "draft_depth": {"policy": "phase", "reasoning_depth": 1, "answer_depth": 2}},
+    "phase 0/2": {**NGRAM, "draft_depth": {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2}},
+}
 
 
 def run(model: str, speculative: dict | None) -> tuple[dict[str, list[int]], dict]:
@@ -29,8 +36,10 @@ def run(model: str, speculative: dict | None) -> tuple[dict[str, list[int]], dic
               gpu_memory_utilization=0.05, disable_log_stats=False, reasoning_parser="deepseek_r1",
               speculative_config=speculative, max_num_seqs=8)
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
-    outputs = llm.generate(list(PROMPTS.values()), params, use_tqdm=False)
-    tokens = {name: list(out.outputs[0].token_ids) for name, out in zip(PROMPTS, outputs)}
+    tokens = {}
+    for batch, names in BATCHES.items():
+        outputs = llm.generate([PROMPTS[n] for n in names], params, use_tqdm=False)
+        tokens.update({f"{batch}:{name}": list(out.outputs[0].token_ids) for name, out in zip(names, outputs)})
     metrics: dict = {}
     for metric in llm.get_metrics():
         if metric.name.startswith("vllm:spec_decode"):
@@ -43,7 +52,8 @@ def run(model: str, speculative: dict | None) -> tuple[dict[str, list[int]], dic
 
 if __name__ == "__main__":
     model = sys.argv[1]
-    spec_tokens, metrics = run(model, SPEC)
-    plain_tokens, _ = run(model, None)
-    print(json.dumps({"metrics": metrics, "equal": spec_tokens == plain_tokens,
-                      "spec": spec_tokens, "plain": plain_tokens}))
+    runs = {}
+    for name, speculative in ENGINES.items():
+        tokens, metrics = run(model, speculative)
+        runs[name] = {"tokens": tokens, "metrics": metrics}
+    print(json.dumps(runs))

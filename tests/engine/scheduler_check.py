@@ -3,7 +3,9 @@ Request objects on CPU; print one JSON line of what they scheduled.
 
 Usage: scheduler_check.py MODEL_DIR POLICY_JSON   (POLICY_JSON: the draft_depth object or null)
 Request "r" is reasoning (its prompt opens <think>), "a" is answering (its
-prompt closed </think>). Both get the same 2 drafts each step.
+prompt closed </think>), "o" reasons but asked for depth 0. All get the same 2
+drafts each step; each decode batch verifies one depth for all its requests.
+A second run has reasoning requests only ("r1", "r2").
 """
 
 import json
@@ -97,7 +99,7 @@ def run_sync(model: str, draft_depth: dict | None) -> dict:
                              for r in ids},
         "lookahead": s.num_lookahead_tokens,
     }
-    # r: its one draft rejected; a: first of two accepted, second rejected; o: no drafts
+    # r and o: both drafts rejected; a: first of two accepted, second rejected
     engine_out = s.update_from_output(out, output(ids, {"r": [40], "a": [30, 41], "o": [42]}))
     result["computed_after"] = {r: reqs[r].num_computed_tokens for r in ids}
     result["num_tokens_after"] = {r: reqs[r].num_tokens for r in ids}
@@ -106,7 +108,8 @@ def run_sync(model: str, draft_depth: dict | None) -> dict:
                        "accepted": stats.num_accepted_tokens,
                        "by_phase": None if stats.ds4x is None else {
                            "drafts": stats.ds4x.drafts, "draft_tokens": stats.ds4x.draft_tokens,
-                           "accepted": stats.ds4x.accepted_tokens, "depths": stats.ds4x.depths}}
+                           "accepted": stats.ds4x.accepted_tokens, "depths": stats.ds4x.depths,
+                           "chosen_depths": stats.ds4x.chosen_depths}}
     # "r" leaves reasoning: the next drafts are all verified
     s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
     out = s.schedule()
@@ -114,6 +117,47 @@ def run_sync(model: str, draft_depth: dict | None) -> dict:
     s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
     out = s.schedule()
     result["after_end_think"] = {r: len(out.scheduled_spec_decode_tokens.get(r, [])) for r in ids}
+    return result
+
+
+def drafts(out, ids: list[str]) -> dict[str, int]:
+    return {r: len(out.scheduled_spec_decode_tokens.get(r, [])) for r in ids}
+
+
+def run_sync_reasoning(model: str, draft_depth: dict | None) -> dict:
+    """Two reasoning requests: the batch verifies the reasoning depth (no drafts
+    at depth 0); once one of them closes </think>, the answer depth."""
+    s = scheduler(model, draft_depth, False)
+    s.num_lookahead_tokens = K
+    reqs = {r: request(r, [5] * 12 + [THINK]) for r in ("r1", "r2")}
+    for r in reqs.values():
+        s.add_request(r)
+    ids = list(reqs)
+    out = s.schedule()
+    s.update_from_output(out, output(ids, {r: [20] for r in ids}))
+    s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
+    out = s.schedule()
+    result = {"scheduled_drafts": drafts(out, ids), "scheduled_tokens": dict(out.num_scheduled_tokens)}
+    s.update_from_output(out, output(ids, {"r1": [END_THINK], "r2": [44]}))  # drafts, if any, rejected
+    result["computed_after"] = {r: reqs[r].num_computed_tokens for r in ids}
+    s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
+    result["after_end_think"] = drafts(s.schedule(), ids)
+    return result
+
+
+def run_async_reasoning(model: str, draft_depth: dict | None) -> dict:
+    s = scheduler(model, draft_depth, True)
+    reqs = {r: request(r, [5, 6, 7, THINK]) for r in ("r1", "r2")}
+    for r in reqs.values():
+        s.add_request(r)
+    ids = list(reqs)
+    out = s.schedule()
+    out2 = s.schedule()
+    result = {"scheduled_drafts": drafts(out2, ids), "scheduled_tokens": dict(out2.num_scheduled_tokens)}
+    s.update_from_output(out, output(ids, {r: [20] for r in ids}))
+    s.update_from_output(out2, output(ids, {r: [21] for r in ids}))  # drafts, if any, rejected
+    result["computed_after"] = {r: reqs[r].num_computed_tokens for r in ids}
+    result["output_placeholders_after"] = {r: reqs[r].num_output_placeholders for r in ids}
     return result
 
 
@@ -155,4 +199,6 @@ if __name__ == "__main__":
     model, policy = sys.argv[1], json.loads(sys.argv[2])
     import vllm
 
-    print(json.dumps({"sync": run_sync(model, policy), "async": run_async(model, policy), "vllm": vllm.__file__}))
+    print(json.dumps({"sync": run_sync(model, policy), "async": run_async(model, policy),
+                      "sync_reasoning": run_sync_reasoning(model, policy),
+                      "async_reasoning": run_async_reasoning(model, policy), "vllm": vllm.__file__}))

@@ -25,7 +25,8 @@ TEMPLATE = (
 )
 
 
-def build(dest: Path, std: float = 0.1, seed: int = 0) -> None:
+def tokenizer(dest: Path) -> PreTrainedTokenizerFast:
+    """The byte-level BPE tokenizer with its chat template, saved in dest."""
     dest.mkdir(parents=True, exist_ok=True)
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -33,13 +34,18 @@ def build(dest: Path, std: float = 0.1, seed: int = 0) -> None:
     trainer = trainers.BpeTrainer(vocab_size=384, special_tokens=SPECIAL,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     bpe.train_from_iterator(CORPUS, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=SPECIAL[0], pad_token=SPECIAL[0],
-                                        additional_special_tokens=SPECIAL[1:])
-    tokenizer.chat_template = TEMPLATE
-    tokenizer.save_pretrained(dest)
-    assert tokenizer.convert_tokens_to_ids(SPECIAL) == [0, 1, 2]
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=SPECIAL[0], pad_token=SPECIAL[0],
+                                  additional_special_tokens=SPECIAL[1:])
+    tok.chat_template = TEMPLATE
+    tok.save_pretrained(dest)
+    assert tok.convert_tokens_to_ids(SPECIAL) == [0, 1, 2]
+    return tok
+
+
+def build(dest: Path, std: float = 0.1, seed: int = 0) -> None:
+    tok = tokenizer(dest)
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=1, num_key_value_heads=1, max_position_embeddings=4096,
                          initializer_range=std, tie_word_embeddings=True, torch_dtype="bfloat16",
                          bos_token_id=0, eos_token_id=0)

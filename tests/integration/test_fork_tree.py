@@ -54,15 +54,38 @@ def test_patched_envs_hooks(patched_fork: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_fork_scheduler_verifies_each_requests_depth(patched_fork: Path, engine_python: Path, tiny_model: Path) -> None:
+def test_fork_scheduler_verifies_one_depth_per_batch(patched_fork: Path, engine_python: Path,
+                                                      tiny_model: Path) -> None:
     """The same scheduler-level run as for vLLM 0.27.1, on the patched fork's own
     scheduler (its Python tree first on the path, CPU platform named)."""
     env = {**os.environ, "PYTHONPATH": str(patched_fork)}
-    out = engine_json(engine_python, "scheduler_check.py", tiny_model, '{"policy": "phase"}', "--cpu-platform", env=env)
+    policy = '{"policy": "phase", "reasoning_depth": 0}'
+    out = engine_json(engine_python, "scheduler_check.py", tiny_model, policy, "--cpu-platform", env=env)
     assert out["vllm"].startswith(str(patched_fork))
-    assert out["sync"]["scheduled_drafts"] == {"r": 1, "a": 2, "o": 0}
-    assert out["sync"]["kv_blocks"] == {"r": 2, "a": 2, "o": 1}
+    assert out["sync"]["scheduled_drafts"] == {"r": 2, "a": 2, "o": 2}
+    assert out["sync"]["kv_blocks"] == {"r": 2, "a": 2, "o": 2}
     assert out["sync"]["computed_after"] == {"r": 14, "a": 15, "o": 14}
-    assert out["sync"]["after_end_think"] == {"r": 2, "a": 2, "o": 0}
-    assert out["async"]["placeholders"] == {"r": [-1], "a": [-1, -1]}
-    assert out["async"]["output_placeholders_after"] == {"r": 0, "a": 0}
+    assert out["sync_reasoning"]["scheduled_drafts"] == {"r1": 0, "r2": 0}
+    assert out["sync_reasoning"]["after_end_think"] == {"r1": 2, "r2": 2}
+    assert out["async"]["placeholders"] == {"r": [-1, -1], "a": [-1, -1]}
+    assert out["async_reasoning"]["scheduled_drafts"] == {"r1": 0, "r2": 0}
+    assert out["async_reasoning"]["output_placeholders_after"] == {"r1": 0, "r2": 0}
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_fork_graph_manager_has_a_graph_for_every_depth(patched_fork: Path, engine_python: Path,
+                                                         tiny_model: Path) -> None:
+    """The fork's model runner v2 graph manager, built on CPU for each policy."""
+    env = {**os.environ, "PYTHONPATH": str(patched_fork)}
+    out = engine_json(engine_python, "graph_check.py", tiny_model, "--cpu-platform", env=env)
+    assert out["vllm"].startswith(str(patched_fork))
+    assert out["fixed"]["graphs"] == ["t12:r4:q3", "t3:r1:q3", "t6:r2:q3", "t9:r3:q3"]  # vLLM's own sizes
+    # every depth at the fork's exact request counts (it keeps 1..32 unpadded)
+    assert out["phase 0/2"]["graphs"] == sorted(f"t{q * r}:r{r}:q{q}" for q in (1, 3) for r in (1, 2, 3, 4))
+    assert out["adaptive"]["graphs"] == sorted(f"t{q * r}:r{r}:q{q}" for q in (1, 2, 3) for r in (1, 2, 3, 4))
+    for policy, lengths in (("phase 1/2", (2, 3)), ("phase 0/2", (1, 3)), ("adaptive", (1, 2, 3))):
+        for q in lengths:  # every uniform batch replays its own graph
+            for reqs in (1, 2, 3, 4):
+                assert out[policy]["dispatch"][f"q{q}r{reqs}"] == f"FULL:t{q * reqs}:r{reqs}:q{q}", policy
+        assert out[policy]["mixed"] == "NONE"  # non-uniform: eager, as in vLLM

@@ -1,5 +1,7 @@
 """The patched vLLM 0.27.1 Scheduler and AsyncScheduler, from our wheel, driven
-with real Request objects on CPU (tests/engine/scheduler_check.py)."""
+with real Request objects on CPU (tests/engine/scheduler_check.py): each decode
+batch verifies one depth, the deepest its requests chose, so it keeps one query
+length (and its CUDA graph)."""
 
 from __future__ import annotations
 
@@ -10,53 +12,86 @@ import pytest
 from tests.integration.conftest import engine_json
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
+PHASE_12 = '{"policy": "phase", "reasoning_depth": 1, "answer_depth": 2}'
+PHASE_02 = '{"policy": "phase", "reasoning_depth": 0, "answer_depth": 2}'
 
 
 @pytest.fixture(scope="module")
 def phase(engine_python: Path, tiny_model: Path) -> dict:
-    return engine_json(engine_python, "scheduler_check.py", tiny_model, '{"policy": "phase", "reasoning_depth": 1}')
+    return engine_json(engine_python, "scheduler_check.py", tiny_model, PHASE_12)
 
 
-def test_sync_scheduler_verifies_each_requests_depth(phase: dict) -> None:
-    sync = phase["sync"]
-    assert sync["scheduled_drafts"] == {"r": 1, "a": 2, "o": 0}  # reasoning, answer, client override 0
-    assert sync["scheduled_tokens"] == {"r": 2, "a": 3, "o": 1}
-    # KV lookahead stays K_max even for a depth-1 request: 13 computed + 2 scheduled
-    # + 2 lookahead = 17 tokens -> 2 blocks of 16 (depth-sized lookahead would need 1)
+@pytest.fixture(scope="module")
+def phase_02(engine_python: Path, tiny_model: Path) -> dict:
+    return engine_json(engine_python, "scheduler_check.py", tiny_model, PHASE_02)
+
+
+def check_mixed_batch(out: dict) -> None:
+    """r reasons (depth 1), a answers (2), o asked for 0: the batch verifies 2."""
+    sync = out["sync"]
+    assert sync["scheduled_drafts"] == {"r": 2, "a": 2, "o": 2}
+    assert sync["scheduled_tokens"] == {"r": 3, "a": 3, "o": 3}
+    # KV lookahead stays K_max: 13 computed + 3 scheduled + 2 lookahead = 18 tokens -> 2 blocks of 16
     assert sync["lookahead"] == 2
-    assert sync["kv_tokens_needed"] == {"r": 17, "a": 18, "o": 16}
-    assert sync["kv_blocks"] == {"r": 2, "a": 2, "o": 1}
-
-
-def test_rejected_accounting_is_exact(phase: dict) -> None:
-    sync = phase["sync"]
-    # r: 1 draft rejected; a: 1 of 2 accepted; o: no draft
+    assert sync["kv_tokens_needed"] == {"r": 18, "a": 18, "o": 18}
+    assert sync["kv_blocks"] == {"r": 2, "a": 2, "o": 2}
+    # r and o: both drafts rejected; a: one of two accepted
     assert sync["computed_after"] == {"r": 14, "a": 15, "o": 14}
     assert sync["num_tokens_after"] == {"r": 15, "a": 16, "o": 15}
-    assert sync["stats"] == {
-        "drafts": 2, "draft_tokens": 3, "accepted": 1,
-        "by_phase": {"drafts": {"reasoning": 1, "answer": 1}, "draft_tokens": {"reasoning": 1, "answer": 2},
-                     "accepted": {"reasoning": 0, "answer": 1}, "depths": {"1": 1, "2": 1}},
+    assert sync["after_end_think"] == {"r": 2, "a": 2, "o": 2}
+
+
+def test_mixed_phases_verify_one_depth(phase: dict, phase_02: dict) -> None:
+    check_mixed_batch(phase)
+    check_mixed_batch(phase_02)
+
+
+def test_stats_count_chosen_and_verified_depth(phase: dict) -> None:
+    assert phase["sync"]["stats"] == {
+        "drafts": 3, "draft_tokens": 6, "accepted": 1,
+        "by_phase": {"drafts": {"reasoning": 2, "answer": 1}, "draft_tokens": {"reasoning": 4, "answer": 2},
+                     "accepted": {"reasoning": 0, "answer": 1}, "depths": {"2": 3},
+                     "chosen_depths": {"1": 1, "2": 1, "0": 1}},
     }
 
 
-def test_leaving_reasoning_raises_the_depth(phase: dict) -> None:
-    assert phase["sync"]["after_end_think"] == {"r": 2, "a": 2, "o": 0}
+def test_reasoning_batch_verifies_the_reasoning_depth(phase: dict) -> None:
+    sync = phase["sync_reasoning"]
+    assert sync["scheduled_drafts"] == {"r1": 1, "r2": 1}
+    assert sync["scheduled_tokens"] == {"r1": 2, "r2": 2}
+    assert sync["computed_after"] == {"r1": 14, "r2": 14}  # 13-token prompts, the draft rejected
+    assert sync["after_end_think"] == {"r1": 2, "r2": 2}  # r1 answers now: the batch verifies 2
 
 
-def test_async_placeholders_are_per_request(phase: dict) -> None:
+def test_depth_zero_schedules_no_drafts(phase_02: dict) -> None:
+    sync = phase_02["sync_reasoning"]
+    assert sync["scheduled_drafts"] == {"r1": 0, "r2": 0}
+    assert sync["scheduled_tokens"] == {"r1": 1, "r2": 1}
+    assert sync["computed_after"] == {"r1": 14, "r2": 14}
+    assert sync["after_end_think"] == {"r1": 2, "r2": 2}
+    asynchronous = phase_02["async_reasoning"]
+    assert asynchronous["scheduled_drafts"] == {"r1": 0, "r2": 0}
+    assert asynchronous["scheduled_tokens"] == {"r1": 1, "r2": 1}
+    assert asynchronous["output_placeholders_after"] == {"r1": 0, "r2": 0}
+    assert asynchronous["computed_after"] == {"r1": 5, "r2": 5}
+
+
+def test_async_placeholders_stay_whole_until_scheduled(phase: dict) -> None:
     asynchronous = phase["async"]
-    assert asynchronous["placeholders"] == {"r": [-1], "a": [-1, -1]}
-    assert asynchronous["scheduled_drafts"] == {"r": 1, "a": 2}
-    assert asynchronous["scheduled_tokens"] == {"r": 2, "a": 3}
-    # placeholders: 1 sampled per step + that step's drafts, then all returned
-    assert asynchronous["output_placeholders"] == {"r": 3, "a": 4}
+    assert asynchronous["placeholders"] == {"r": [-1, -1], "a": [-1, -1]}  # vLLM's shared list, K_max long
+    assert asynchronous["scheduled_drafts"] == {"r": 2, "a": 2}  # mixed phases: one depth, 2
+    assert asynchronous["scheduled_tokens"] == {"r": 3, "a": 3}
+    assert asynchronous["output_placeholders"] == {"r": 4, "a": 4}  # 1 sampled + 2 drafts each step
     assert asynchronous["output_placeholders_after"] == {"r": 0, "a": 0}
-    assert asynchronous["computed_after"] == {"r": 5, "a": 6}  # 4-token prompts, one draft of each rejected
+    assert asynchronous["computed_after"] == {"r": 5, "a": 6}  # 4-token prompts; r: 2 rejected, a: 1
+    reasoning = phase["async_reasoning"]
+    assert reasoning["scheduled_drafts"] == {"r1": 1, "r2": 1}
+    assert reasoning["output_placeholders_after"] == {"r1": 0, "r2": 0}
+    assert reasoning["computed_after"] == {"r1": 5, "r2": 5}  # its one draft rejected
 
 
 def test_fixed_policy_schedules_as_vllm_does(engine_python: Path, tiny_model: Path) -> None:
     fixed = engine_json(engine_python, "scheduler_check.py", tiny_model, "null")
-    assert fixed["sync"]["scheduled_drafts"] == {"r": 2, "a": 2, "o": 0}  # only the client's override differs
+    assert fixed["sync"]["scheduled_drafts"] == {"r": 2, "a": 2, "o": 2}  # a client's 0 rounds up: no graph at 0
+    assert fixed["sync_reasoning"]["scheduled_drafts"] == {"r1": 2, "r2": 2}
     assert fixed["async"]["placeholders"] == {"r": [-1, -1], "a": [-1, -1]}
-    assert fixed["sync"]["after_end_think"] == {"r": 2, "a": 2, "o": 0}

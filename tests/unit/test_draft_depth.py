@@ -210,3 +210,35 @@ def test_live_step_costs_replace_the_prior() -> None:
     for _ in range(600):
         costs.observe(1, 0.010)
     assert costs.unmeasured() == [2, 3]  # 3 tokens not timed for 600 steps: stale
+
+
+@pytest.mark.parametrize(
+    ("raw", "depths", "table"),
+    [
+        (None, (2,), (2, 2, 2)),  # fixed: vLLM's one graph set; any choice verifies K_max
+        ({"policy": "phase"}, (1, 2), (1, 1, 2)),
+        ({"policy": "phase", "reasoning_depth": 0}, (0, 2), (0, 2, 2)),
+        ({"policy": "phase", "reasoning_depth": 1, "answer_depth": 1}, (1, 2), (1, 1, 2)),
+        ({"policy": "adaptive"}, (0, 1, 2), (0, 1, 2)),
+        ({"policy": "adaptive", "min_depth": 1}, (1, 2), (1, 1, 2)),
+        ({"graph_depths": [2, 0]}, (0, 2), (0, 2, 2)),
+    ],
+)
+def test_verify_depths_and_batch_depth(raw: dict | None, depths: tuple[int, ...], table: tuple[int, ...]) -> None:
+    config = dd.DraftDepthConfig.from_dict(raw, 2)
+    assert config.verify_depths(2) == depths
+    assert dd.batch_depth_table(depths, 2) == table
+
+
+@pytest.mark.parametrize("bad", [[1], [0, 3], [-1, 2]])
+def test_graph_depths_must_include_k_max(bad: list[int]) -> None:
+    with pytest.raises(dd.DraftDepthError, match=r"graph_depths=.*: expected depths in 0..2 that include 2"):
+        dd.DraftDepthConfig.from_dict({"graph_depths": bad}, 2)
+
+
+def test_policy_exposes_the_batch_depth_table() -> None:
+    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "phase", "reasoning_depth": 0}, 2), 2, tracker())
+    policy.add("r", [5, THINK], None)
+    policy.add("o", [5, THINK], {"draft_depth": 1})  # a client's own depth: no graph at 1
+    chosen = max(policy.depth("r"), policy.depth("o"))
+    assert (policy.depth("r"), chosen, policy.batch_depth[chosen]) == (0, 1, 2)

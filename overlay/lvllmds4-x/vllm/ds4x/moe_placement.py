@@ -182,6 +182,14 @@ def kv_cache_bytes(config: Mapping[str, Any], max_model_len: int, kv_dtype: str,
     return total
 
 
+def _routed_experts(c: Mapping[str, Any]) -> int:
+    """DeepSeek names them n_routed_experts; Qwen-MoE and most others num_experts."""
+    count = c.get("n_routed_experts", c.get("num_experts"))
+    if count is None:
+        raise PlacementError("config.json has neither n_routed_experts nor num_experts: not a MoE model")
+    return int(count)
+
+
 def _non_expert_bytes(c: Mapping[str, Any], layers: int) -> int:
     """Dense weights that always live on the GPU: bf16 embeddings and head, FP8
     (128x128 block scales) attention, shared experts, router, compressor and
@@ -190,7 +198,7 @@ def _non_expert_bytes(c: Mapping[str, Any], layers: int) -> int:
     q_lora, o_lora, groups = c.get("q_lora_rank") or h, c.get("o_lora_rank") or h, c.get("o_groups") or 1
     attention = h * q_lora + q_lora * heads * hd + h * hd + heads * hd * o_lora + groups * o_lora * h
     shared = c.get("n_shared_experts", 0) * 3 * h * c["moe_intermediate_size"]
-    router = c["n_routed_experts"] * h
+    router = _routed_experts(c) * h
     per_layer = attention + shared + router
     ratios = list(c.get("compress_ratios") or [])[:layers]
     idx_heads, idx_dim = c.get("index_n_heads", 0), c.get("index_head_dim", 0)
@@ -218,7 +226,7 @@ def model_shape(config: Mapping[str, Any], expert_dtype: str | None = None, num_
         num_layers=layers,
         moe_layers=tuple(range(first_moe, layers)),
         num_draft_layers=drafts,
-        n_routed_experts=int(config["n_routed_experts"]),
+        n_routed_experts=_routed_experts(config),
         top_k=int(config["num_experts_per_tok"]),
         hidden=int(config["hidden_size"]),
         moe_intermediate=int(config["moe_intermediate_size"]),

@@ -1,20 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """Per-request draft depth for speculative decoding: how many of the K_max
-drafted tokens each request verifies this step.
+drafted tokens each request would verify. A decode batch verifies one depth,
+the deepest its requests chose, rounded up to one with a CUDA graph
+(``graph_depths``); verifying more than a request chose, or a shorter prefix
+than K_max, is lossless (rejection sampling accepts a prefix anyway), and
+drafting still produces K_max. Policies:
 
-Verifying a shorter prefix of the drafts is lossless (rejection sampling
-accepts a prefix anyway); drafting still produces K_max. Policies:
-
-- ``fixed``: every request verifies K_max drafts (vLLM's behaviour, the default).
+- ``fixed``: every request chooses K_max (vLLM's behaviour, the default).
 - ``phase``: ``reasoning_depth`` while a request is inside its reasoning
   section, ``answer_depth`` after it.
 - ``adaptive``: per request and phase, an acceptance estimate per draft
   position, and a table of step cost by tokens verified; picks the depth with
   the most expected tokens per second, with hysteresis.
 
-A request may set its own depth with ``SamplingParams.extra_args["draft_depth"]``
-(OpenAI API: ``"vllm_xargs": {"draft_depth": 1}``).
+A request may choose its own depth with ``SamplingParams.extra_args["draft_depth"]``
+(OpenAI API: ``"vllm_xargs": {"draft_depth": 1}``); like any choice it rounds
+up to a graph depth, so under ``fixed`` it verifies K_max.
 
 Configured inside ``--speculative-config``, e.g.
 ``{"method": "ngram", "num_speculative_tokens": 2,
@@ -45,9 +47,9 @@ class DraftDepthConfig:
     policy: str = "fixed"
     """One of fixed, phase, adaptive."""
     reasoning_depth: int | None = None
-    """phase: drafts verified while reasoning (default 1)."""
+    """phase: depth chosen while reasoning (default 1)."""
     answer_depth: int | None = None
-    """phase: drafts verified in the answer (default K_max)."""
+    """phase: depth chosen in the answer (default K_max)."""
     min_depth: int = 0
     """adaptive: lowest depth it may choose."""
     step_cost: tuple[float, ...] | None = None
@@ -68,6 +70,11 @@ class DraftDepthConfig:
     """adaptive: steps it may spend in a row at depths whose step cost is untimed
     or stale, to time them (live timings come from batches of one verify
     length); the allowance refills by one every 16 verified steps."""
+    graph_depths: tuple[int, ...] | None = None
+    """Depths a decode batch may verify, each with its own full decode CUDA
+    graph (default: those the policy chooses, and K_max: fixed K_max; phase
+    its two and K_max; adaptive min_depth..K_max). Must include K_max. A batch
+    verifies the smallest of these at or above the deepest depth chosen in it."""
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None, k_max: int) -> DraftDepthConfig:
@@ -77,8 +84,9 @@ class DraftDepthConfig:
         unknown = sorted(set(raw) - names)
         if unknown:
             raise DraftDepthError(f"speculative_config.draft_depth: unknown field(s) {unknown}; known: {sorted(names)}")
-        if "step_cost" in raw and raw["step_cost"] is not None:
-            raw["step_cost"] = tuple(float(c) for c in raw["step_cost"])
+        for name, kind in (("step_cost", float), ("graph_depths", int)):
+            if raw.get(name) is not None:
+                raw[name] = tuple(kind(v) for v in raw[name])
         config = cls(**raw)
         config.check(k_max)
         return config
@@ -95,6 +103,13 @@ class DraftDepthConfig:
             len(self.step_cost) != k_max + 1 or any(c <= 0 for c in self.step_cost)
         ):
             raise DraftDepthError(f"{where}.step_cost: expected {k_max + 1} positive costs (1..{k_max + 1} tokens verified)")
+        if self.graph_depths is not None and (
+            k_max not in self.graph_depths or any(not 0 <= d <= k_max for d in self.graph_depths)
+        ):
+            raise DraftDepthError(
+                f"{where}.graph_depths={list(self.graph_depths)}: expected depths in 0..{k_max} that include "
+                f"{k_max} (num_speculative_tokens), e.g. [1, {k_max}]"
+            )
         if (not 0 < self.prior_acceptance < 1 or not 0 < self.smoothing <= 1 or self.hysteresis < 0
                 or self.hold_steps < 0 or self.probe_interval < 1):
             raise DraftDepthError(
@@ -105,6 +120,29 @@ class DraftDepthConfig:
     @property
     def needs_phase(self) -> bool:
         return self.policy in ("phase", "adaptive")
+
+    def phase_depths(self, k_max: int) -> dict[str, int]:
+        """phase: the depth chosen in each phase (defaults: 1 reasoning, K_max answer)."""
+        reasoning = 1 if self.reasoning_depth is None else self.reasoning_depth
+        answer = k_max if self.answer_depth is None else self.answer_depth
+        return {REASONING: reasoning, ANSWER: answer}
+
+    def verify_depths(self, k_max: int) -> tuple[int, ...]:
+        """The depths decode batches verify, ascending; each gets a CUDA graph."""
+        if self.graph_depths is not None:
+            return tuple(sorted(set(self.graph_depths)))
+        if self.policy == "phase":
+            return tuple(sorted({*self.phase_depths(k_max).values(), k_max}))
+        if self.policy == "adaptive":
+            return tuple(range(self.min_depth, k_max + 1))
+        return (k_max,)
+
+
+def batch_depth_table(depths: Sequence[int], k_max: int) -> tuple[int, ...]:
+    """For each chosen depth 0..K_max, the verify depth of a batch whose deepest
+    request chose it: the smallest of `depths` at or above it (lossless: a
+    request verifying more drafts than it chose accepts the same prefix)."""
+    return tuple(min(d for d in depths if d >= chosen) for chosen in range(k_max + 1))
 
 
 def request_depth(extra_args: Mapping[str, Any] | None, k_max: int) -> int | None:
@@ -244,10 +282,10 @@ class StepCosts:
                 if len(self.samples.get(t, ())) < self.min_samples or self.clock - self.last_seen[t] > self.stale_after]
 
 
-def best_depth(acceptance: Sequence[float], costs: Sequence[float], lo: int, hi: int) -> tuple[int, list[float]]:
+def best_depth(acceptance: Sequence[float], costs: Sequence[float],
+               candidates: Sequence[int]) -> tuple[int, list[float]]:
     """The depth with most expected tokens per unit of step cost, and all rates."""
     rates = [expected_tokens(acceptance, d) / costs[d] for d in range(len(costs))]
-    candidates = range(lo, hi + 1)
     return max(candidates, key=lambda d: (rates[d], -d)), rates
 
 
@@ -273,6 +311,10 @@ class DepthPolicy:
                 f"phase: start vLLM with --reasoning-parser (e.g. deepseek_r1, deepseek_v4)"
             )
         self.config, self.k_max, self.tracker = config, k_max, tracker
+        self.phase_depths = config.phase_depths(k_max)
+        self.batch_depth = batch_depth_table(config.verify_depths(k_max), k_max)
+        # adaptive chooses among depths a batch really verifies (each has its graph)
+        self.choices = [d for d in range(config.min_depth, k_max + 1) if self.batch_depth[d] == d]
         prior = list(config.step_cost) if config.step_cost else [1.0] * (k_max + 1)
         self.costs = StepCosts(prior=prior)
         # engine-wide acceptance per phase, moved by each finished request, seeds new ones
@@ -283,9 +325,7 @@ class DepthPolicy:
 
     def phase_depth(self, phase: str) -> int:
         if self.config.policy == "phase":
-            wanted = self.config.reasoning_depth if phase == REASONING else self.config.answer_depth
-            default = 1 if phase == REASONING else self.k_max
-            return min(self.k_max, default if wanted is None else wanted)
+            return self.phase_depths[phase]
         return self.k_max
 
     def add(self, request_id: str, prompt: Sequence[int], extra_args: Mapping[str, Any] | None) -> RequestState:
@@ -360,13 +400,13 @@ class DepthPolicy:
             return state.override
         if self.config.policy != "adaptive":
             return self.phase_depth(state.phase)
-        untimed = [t - 1 for t in self.costs.unmeasured() if self.config.min_depth <= t - 1 <= self.k_max]
+        untimed = [t - 1 for t in self.costs.unmeasured() if t - 1 in self.choices]
         if untimed and self.explore_left > 0:  # one step at an untimed depth, to time it
             self.explore_left -= 1
             state.exploring = True
             return untimed[0]
         costs = self.costs.relative()
-        best, rates = best_depth(state.acceptance[state.phase].estimate(), costs, self.config.min_depth, self.k_max)
+        best, rates = best_depth(state.acceptance[state.phase].estimate(), costs, self.choices)
         current = state.depth
         state.since_decision = 0
         if not force and rates[best] <= rates[current] * (1 + self.config.hysteresis):

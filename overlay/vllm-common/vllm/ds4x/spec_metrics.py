@@ -7,7 +7,10 @@ Prometheus (beside vLLM's spec-decode family; labels like ``position``)::
     vllm:spec_decode_num_drafts_by_phase{phase="reasoning"|"answer"}
     vllm:spec_decode_num_draft_tokens_by_phase{phase=...}
     vllm:spec_decode_num_accepted_tokens_by_phase{phase=...}
-    vllm:spec_decode_depth{depth="0".."K"}   drafts verified at each depth
+    vllm:spec_decode_depth{depth="1".."K"}          drafts verified at each depth (a depth-0
+                                                   step verifies nothing and counts nowhere)
+    vllm:spec_decode_chosen_depth{depth="0".."K"}   drafts whose request chose that depth
+                                                   (a batch verifies its deepest choice)
 
 Acceptance rate while reasoning::
 
@@ -33,19 +36,22 @@ class DepthStats:
     draft_tokens: dict[str, int] = field(default_factory=dict)
     accepted_tokens: dict[str, int] = field(default_factory=dict)
     depths: dict[str, int] = field(default_factory=dict)
+    chosen_depths: dict[str, int] = field(default_factory=dict)
 
-    def observe(self, phase: str, drafted: int, accepted: int) -> None:
+    def observe(self, phase: str, chosen: int, drafted: int, accepted: int) -> None:
         self.drafts[phase] = self.drafts.get(phase, 0) + 1
         self.draft_tokens[phase] = self.draft_tokens.get(phase, 0) + drafted
         self.accepted_tokens[phase] = self.accepted_tokens.get(phase, 0) + accepted
-        depth = _DEPTH_KEYS[drafted] if drafted < len(_DEPTH_KEYS) else str(drafted)
-        self.depths[depth] = self.depths.get(depth, 0) + 1
+        for counts, depth in ((self.depths, drafted), (self.chosen_depths, chosen)):
+            key = _DEPTH_KEYS[depth] if depth < len(_DEPTH_KEYS) else str(depth)
+            counts[key] = counts.get(key, 0) + 1
 
     def merge(self, other: "DepthStats | None") -> None:
         if other is None:
             return
         for mine, theirs in ((self.drafts, other.drafts), (self.draft_tokens, other.draft_tokens),
-                             (self.accepted_tokens, other.accepted_tokens), (self.depths, other.depths)):
+                             (self.accepted_tokens, other.accepted_tokens), (self.depths, other.depths),
+                             (self.chosen_depths, other.chosen_depths)):
             for key, value in theirs.items():
                 mine[key] = mine.get(key, 0) + value
 
@@ -78,12 +84,16 @@ class DepthProm:
             "accepted_tokens": counter("vllm:spec_decode_num_accepted_tokens_by_phase", "Accepted tokens, by phase.", "phase"),
         }
         depth = counter("vllm:spec_decode_depth", "Drafts verified at each draft depth.", "depth")
+        chosen = counter("vllm:spec_decode_chosen_depth", "Drafts by the depth their request chose.", "depth")
         self.by_phase = {
             idx: {what: {p: c.labels(*lv, p) for p in PHASES} for what, c in base.items()}
             for idx, lv in per_engine_labelvalues.items()
         }
-        self.by_depth = {idx: {str(d): depth.labels(*lv, str(d)) for d in range(k_max + 1)}
-                         for idx, lv in per_engine_labelvalues.items()}
+        self.by_depth = {
+            idx: {what: {str(d): c.labels(*lv, str(d)) for d in range(k_max + 1)}
+                  for what, c in (("depths", depth), ("chosen_depths", chosen))}
+            for idx, lv in per_engine_labelvalues.items()
+        }
 
     def observe(self, stats: DepthStats | None, engine_idx: int = 0) -> None:
         if stats is None:
@@ -92,5 +102,6 @@ class DepthProm:
         for what in ("drafts", "draft_tokens", "accepted_tokens"):
             for phase, value in getattr(stats, what).items():
                 phases[what][phase].inc(value)
-        for depth, value in stats.depths.items():
-            self.by_depth[engine_idx][depth].inc(value)
+        for what in ("depths", "chosen_depths"):
+            for depth, value in getattr(stats, what).items():
+                self.by_depth[engine_idx][what][depth].inc(value)

@@ -4,7 +4,8 @@
 
 The decision is made here, once, in the scheduler: every tensor- and
 pipeline-parallel rank receives it as the per-request draft lists of the
-scheduler output. KV lookahead stays reserved for K_max.
+scheduler output. Each decode batch verifies one depth (see uniform_depth),
+so it keeps a full CUDA graph. KV lookahead stays reserved for K_max.
 """
 
 import time
@@ -68,24 +69,29 @@ class DraftDepthScheduling:
                                     params.extra_args if params is not None else None)
         return state
 
-    def truncate(self, request, spec_token_ids: list[int]) -> list[int]:
-        """Sync scheduling: keep this request's chosen prefix of the drafts."""
-        depth = self._state(request).depth
-        return spec_token_ids if len(spec_token_ids) <= depth else spec_token_ids[:depth]
-
-    def placeholders(self, request, shared: list[int]) -> list[int]:
-        """Async scheduling: this request's share of the read-only placeholder list."""
-        depth = self._state(request).depth
-        return shared if len(shared) <= depth else shared[:depth]
+    def uniform_depth(self, running) -> None:
+        """Before scheduling: every decode request in the batch verifies one
+        depth, the smallest graph depth at or above the deepest one chosen
+        among them, so the batch has one query length and replays its CUDA
+        graph. Drafts are kept whole until here (verifying more than a
+        request chose is lossless); a drafter that proposed fewer (n-gram)
+        keeps its shorter list."""
+        drafting = [request for request in running if request.spec_token_ids]
+        if not drafting:
+            return
+        depth = self.policy.batch_depth[max(self._state(request).depth for request in drafting)]
+        for request in drafting:
+            if len(request.spec_token_ids) > depth:
+                request.spec_token_ids = request.spec_token_ids[:depth]
 
     def on_verified(self, request, drafted: int, accepted: int, stats) -> None:
         state = self._state(request)
-        phase = state.phase  # the phase the drafts were scheduled in
+        phase, chosen = state.phase, state.depth  # as scheduled (async: may be a step newer)
         self.policy.verified(state, drafted, accepted)
         if stats is not None:
             if stats.ds4x is None:
                 stats.ds4x = DepthStats()
-            stats.ds4x.observe(phase, drafted, accepted)
+            stats.ds4x.observe(phase, chosen, drafted, accepted)
 
     def on_tokens(self, request, new_token_ids: list[int]) -> None:
         if new_token_ids:

@@ -1,0 +1,79 @@
+"""Build the installed (patched) vLLM's model runner v2 CUDA graph manager on CPU
+for each draft-depth policy and print one JSON line: the full decode graphs it
+would capture and what dispatch picks for uniform decode batches of every depth.
+
+Usage: graph_check.py MODEL_DIR [--cpu-platform]
+Nothing is captured: CPU has no CUDA graphs. The manager's own tables are built
+by its real constructor; only the process-group lookup and the CUDA graph memory
+pool (environment, not the code under test) are stood in for."""
+
+import inspect
+import json
+import sys
+
+from vllm.config import ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig, set_current_vllm_config
+from vllm.config.compilation import CUDAGraphMode
+
+K = 2
+MAX_NUM_SEQS = 4
+POLICIES = {
+    "fixed": None,
+    "phase 1/2": {"policy": "phase", "reasoning_depth": 1, "answer_depth": 2},
+    "phase 0/2": {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2},
+    "adaptive": {"policy": "adaptive", "min_depth": 0},
+}
+
+
+class _Rank:
+    is_first_rank = is_last_rank = True
+
+
+def manager(model: str, draft_depth: dict | None):
+    from vllm.ds4x.decode_graphs import decode_query_lens
+    from vllm.v1.worker.gpu import cudagraph_utils as cu
+
+    cu.get_pp_group = lambda: _Rank()
+    cu.current_platform.get_global_graph_pool = lambda: None
+    spec = SpeculativeConfig(method="ngram", num_speculative_tokens=K, prompt_lookup_max=2, prompt_lookup_min=1,
+                             draft_depth=draft_depth)
+    config = VllmConfig(
+        model_config=ModelConfig(model=model, dtype="bfloat16", seed=0, max_model_len=1024),
+        scheduler_config=SchedulerConfig(max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=1024, max_model_len=1024,
+                                         is_encoder_decoder=False),
+        speculative_config=spec,
+    )
+    # what the GPU runner's sizing leaves (CPU platforms turn graphs off in the config)
+    config.compilation_config.cudagraph_capture_sizes = [1, 2, 4, 8]
+    config.compilation_config.max_cudagraph_capture_size = 12
+    with set_current_vllm_config(config):
+        return cu.ModelCudaGraphManager(config, "cpu", CUDAGraphMode.FULL_DECODE_ONLY, decode_query_len=1 + K,
+                                        decode_query_lens=decode_query_lens(config, 1 + K))
+
+
+def table(mgr) -> dict:
+    mgr._graphs_captured = True  # what capture() sets after recording the descriptors above
+    takes_loras = "num_active_loras" in inspect.signature(mgr.dispatch).parameters
+    dispatch = {}
+    for query_len in range(1, K + 2):
+        for reqs in range(1, MAX_NUM_SEQS + 1):
+            args = (reqs, reqs * query_len, query_len) + ((0,) if takes_loras else ())
+            desc = mgr.dispatch(*args)
+            dispatch[f"q{query_len}r{reqs}"] = (f"{desc.cg_mode.name}:t{desc.num_tokens}:r{desc.num_reqs}"
+                                                f":q{desc.uniform_token_count}")
+    mixed = mgr.dispatch(*((2, 4, None) + ((0,) if takes_loras else ())))
+    graphs = sorted(f"t{d.num_tokens}:r{d.num_reqs}:q{d.uniform_token_count}"
+                    for descs in mgr._capture_descs.values() for d in descs)
+    return {"graphs": graphs, "dispatch": dispatch, "mixed": mixed.cg_mode.name}
+
+
+if __name__ == "__main__":
+    if "--cpu-platform" in sys.argv:
+        import vllm.platforms
+        from vllm.platforms.cpu import CpuPlatform
+
+        vllm.platforms._current_platform = CpuPlatform()
+    import vllm
+
+    out = {name: table(manager(sys.argv[1], policy)) for name, policy in POLICIES.items()}
+    out["vllm"] = vllm.__file__
+    print(json.dumps(out))

@@ -1,0 +1,39 @@
+"""vLLM 0.27.1's model runner v2 CUDA graph manager, patched, built on CPU from our
+wheel for each draft-depth policy (tests/engine/graph_check.py): a full decode
+graph for every depth the policy verifies, and every uniform batch that vLLM's
+own 1+K graphs cover (its capture sizes, rounded per length, may leave a
+request count without one) finds a graph of its own length."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import engine_json
+
+pytestmark = [pytest.mark.network, pytest.mark.slow]
+LENGTHS = {"fixed": (3,), "phase 1/2": (2, 3), "phase 0/2": (1, 3), "adaptive": (1, 2, 3)}
+
+
+@pytest.fixture(scope="module")
+def tables(engine_python: Path, tiny_model: Path) -> dict:
+    return engine_json(engine_python, "graph_check.py", tiny_model)
+
+
+@pytest.mark.parametrize("policy", list(LENGTHS))
+def test_every_uniform_batch_finds_a_graph_of_its_length(tables: dict, policy: str) -> None:
+    table = tables[policy]
+    assert {graph.rsplit(":q", 1)[1] for graph in table["graphs"]} == {str(q) for q in LENGTHS[policy]}
+    covered = [r for r in (1, 2, 3, 4) if tables["fixed"]["dispatch"][f"q3r{r}"].startswith("FULL")]
+    assert covered[:3] == [1, 2, 3]
+    for q in LENGTHS[policy]:
+        for reqs in covered:
+            mode, tokens, padded, length = table["dispatch"][f"q{q}r{reqs}"].split(":")
+            assert (mode, length) == ("FULL", f"q{q}"), (policy, q, reqs)
+            assert int(padded[1:]) >= reqs and int(tokens[1:]) == q * int(padded[1:])
+    assert table["mixed"] == "NONE"
+
+
+def test_fixed_policy_keeps_vllms_graphs(tables: dict) -> None:
+    assert tables["fixed"]["graphs"] == [g for g in tables["adaptive"]["graphs"] if g.endswith(":q3")]
