@@ -39,7 +39,7 @@ def manager(model: str, draft_depth: dict | None):
     config = VllmConfig(
         model_config=ModelConfig(model=model, dtype="bfloat16", seed=0, max_model_len=1024),
         scheduler_config=SchedulerConfig(max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=1024, max_model_len=1024,
-                                         is_encoder_decoder=False),
+                                         async_scheduling=False, is_encoder_decoder=False),
         speculative_config=spec,
     )
     # what the GPU runner's sizing leaves (CPU platforms turn graphs off in the config)
