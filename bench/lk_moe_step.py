@@ -35,12 +35,9 @@ LAYERS, EXPERTS, TOP_K, HIDDEN, INTER = 43, 256, 6, 2048, 1024
 def engine():
     import lk_moe
 
-    cfg = lk_moe.MOEConfigV2()  # the fields Lvllmds4-x's routed_experts.py sets for MOE_BF16
-    cfg.num_processes, cfg.process_id, cfg.gpu_id = 1, 0, 0
-    cfg.has_gate_proj, cfg.expert_num, cfg.top_k = True, EXPERTS, TOP_K
-    cfg.hidden_size, cfg.intermediate_size = HIDDEN, INTER
-    cfg.max_batch_size = cfg.max_num_seqs = cfg.group_max_len = 64
-    cfg.stride, cfg.group_min_len, cfg.activation_type, cfg.use_gpu_prefill = 32, 10, 0, False
+    from tests.kernels.lk_moe_check import config
+
+    cfg = config(EXPERTS, TOP_K, HIDDEN, INTER, max_tokens=64)
     w13 = (torch.randn(EXPERTS, 2 * INTER, HIDDEN) / HIDDEN**0.5).bfloat16()
     w2 = (torch.randn(EXPERTS, HIDDEN, INTER) / INTER**0.5).bfloat16()
     return lk_moe.MOE_BF16(cfg, w13.data_ptr(), w2.data_ptr(), 0, 0, 0, 0), (w13, w2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import socket
 import subprocess
 import time
@@ -19,17 +20,23 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def served(python: Path, model: Path, speculative: dict | None, log: Path, deadline_s: float = 240) -> Iterator[str]:
-    """Yields the base URL (http://127.0.0.1:PORT/v1) once /health answers."""
+def served(python: Path, model: Path, speculative: dict | None, log: Path, deadline_s: float = 600,
+           eager: bool = False) -> Iterator[str]:
+    """Yields the base URL (http://127.0.0.1:PORT/v1) once /health answers.
+    eager: no torch.compile, vLLM's or its samplers' (tests: the C++ builds take
+    minutes on a small machine)."""
     port = free_port()
     cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--host", "127.0.0.1",
            "--port", str(port), "--dtype", "bfloat16", "--max-model-len", "1024", "--seed", "0",
            "--kv-cache-memory-bytes", str(256 << 20), "--gpu-memory-utilization", "0.05",
            "--reasoning-parser", "deepseek_r1", "--served-model-name", "tiny", "--max-num-seqs", "8"]
+    if eager:
+        cmd.append("--enforce-eager")
     if speculative is not None:
         cmd += ["--speculative-config", json.dumps(speculative)]
     with log.open("w") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        env = {**os.environ, "TORCHDYNAMO_DISABLE": "1"} if eager else None
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         try:
             end = time.monotonic() + deadline_s
             while True:

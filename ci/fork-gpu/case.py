@@ -13,16 +13,14 @@ import os
 import sys
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.engine.policies import POLICIES  # noqa: E402
 
 CASE, OUTDIR, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
 KIND, MODE = CASE.split("-", 1)
 K = 2
-POLICIES = {
-    "fixed": None,
-    "phase12": {"policy": "phase", "reasoning_depth": 1, "answer_depth": 2},
-    "phase02": {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2},
-    "adaptive": {"policy": "adaptive", "min_depth": 0},
-}
 THINK, END_THINK = 1, 2
 TEXTS = [("Let me think about the file layout", 64, False), ("for i in range(10):", 64, False),
          ("def add(a, b):", 24, True), ("The answer is to call the tool", 24, True)]
@@ -99,8 +97,9 @@ def engine_args(path: str) -> dict:
     if MODE == "eager":
         return {**kw, "enforce_eager": True, "compilation_config": {"mode": 0, "custom_ops": ["none"]}}
     spec = {"method": "eagle", "model": path + "_eagle", "num_speculative_tokens": K}
-    if POLICIES[MODE] is not None:
-        spec["draft_depth"] = POLICIES[MODE]
+    policy = POLICIES[{"phase12": "phase 1/2", "phase02": "phase 0/2"}.get(MODE, MODE)]
+    if policy is not None:
+        spec["draft_depth"] = policy
     return {**kw, "enforce_eager": False, "reasoning_parser": "deepseek_r1", "speculative_config": spec,
             "compilation_config": {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY", "custom_ops": ["none"]}}
 

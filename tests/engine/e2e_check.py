@@ -10,7 +10,17 @@ Usage: e2e_check.py MODEL_DIR
 
 import gc
 import json
+import os
 import sys
+
+# The engine core in this process, not a spawned one, and no torch.compile
+# (enforce_eager leaves vLLM's own compiled samplers on): each would cost
+# minutes (an import, C++ builds) on a small CI machine, and neither is what
+# these runs check.
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+os.environ["TORCHDYNAMO_DISABLE"] = "1"
+
+from policies import POLICIES  # noqa: E402  (tests/engine/policies.py, beside this script)
 
 PROMPTS = {
     # reasoning: the prompt opened <think> and never closed it
@@ -22,18 +32,14 @@ PROMPTS = {
 }
 BATCHES = {"reasoning": ["reasoning-1", "reasoning-2"], "answer": ["answer-1", "answer-2"], "mixed": list(PROMPTS)}
 NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-ENGINES = {
-    "plain": None,
-    "phase 1/2": {**NGRAM, "draft_depth": {"policy": "phase", "reasoning_depth": 1, "answer_depth": 2}},
-    "phase 0/2": {**NGRAM, "draft_depth": {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2}},
-}
+ENGINES = {"plain": None, **{name: {**NGRAM, "draft_depth": POLICIES[name]} for name in ("phase 1/2", "phase 0/2")}}
 
 
 def run(model: str, speculative: dict | None) -> tuple[dict[str, list[int]], dict]:
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=model, dtype="bfloat16", max_model_len=512, seed=0, kv_cache_memory_bytes=256 << 20,
-              gpu_memory_utilization=0.05, disable_log_stats=False, reasoning_parser="deepseek_r1",
+              enforce_eager=True, gpu_memory_utilization=0.05, disable_log_stats=False, reasoning_parser="deepseek_r1",
               speculative_config=speculative, max_num_seqs=8)
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
     tokens = {}

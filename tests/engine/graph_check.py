@@ -1,27 +1,20 @@
 """Build the installed (patched) vLLM's model runner v2 CUDA graph manager on CPU
-for each draft-depth policy and print one JSON line: the full decode graphs it
-would capture and what dispatch picks for uniform decode batches of every depth.
-
-Usage: graph_check.py MODEL_DIR [--cpu-platform]
+for each draft-depth policy of tests/engine/policies.py and return the full
+decode graphs it would capture and what dispatch picks for uniform decode
+batches of every depth (run by checks.py).
 Nothing is captured: CPU has no CUDA graphs. The manager's own tables are built
 by its real constructor; only the process-group lookup and the CUDA graph memory
 pool (environment, not the code under test) are stood in for."""
 
 import inspect
-import json
-import sys
 
 from vllm.config import ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig, set_current_vllm_config
 from vllm.config.compilation import CUDAGraphMode
 
+from policies import POLICIES
+
 K = 2
 MAX_NUM_SEQS = 4
-POLICIES = {
-    "fixed": None,
-    "phase 1/2": {"policy": "phase", "reasoning_depth": 1, "answer_depth": 2},
-    "phase 0/2": {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2},
-    "adaptive": {"policy": "adaptive", "min_depth": 0},
-}
 
 
 class _Rank:
@@ -66,14 +59,5 @@ def table(mgr) -> dict:
     return {"graphs": graphs, "dispatch": dispatch, "mixed": mixed.cg_mode.name}
 
 
-if __name__ == "__main__":
-    if "--cpu-platform" in sys.argv:
-        import vllm.platforms
-        from vllm.platforms.cpu import CpuPlatform
-
-        vllm.platforms._current_platform = CpuPlatform()
-    import vllm
-
-    out = {name: table(manager(sys.argv[1], policy)) for name, policy in POLICIES.items()}
-    out["vllm"] = vllm.__file__
-    print(json.dumps(out))
+def check(model: str) -> dict:
+    return {name: table(manager(model, policy)) for name, policy in POLICIES.items()}

@@ -1,15 +1,11 @@
 """Drive the installed (patched) vLLM Scheduler and AsyncScheduler with real
-Request objects on CPU; print one JSON line of what they scheduled.
-
-Usage: scheduler_check.py MODEL_DIR POLICY_JSON   (POLICY_JSON: the draft_depth object or null)
+Request objects on CPU, for each policy of tests/engine/policies.py, and
+return what they scheduled (run by checks.py).
 Request "r" is reasoning (its prompt opens <think>), "a" is answering (its
 prompt closed </think>), "o" reasons but asked for depth 0. All get the same 2
 drafts each step; each decode batch verifies one depth for all its requests.
 A second run has reasoning requests only ("r1", "r2").
 """
-
-import json
-import sys
 
 import torch
 from vllm.config import (
@@ -30,6 +26,8 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
+
+from policies import POLICIES
 
 BLOCK = 16
 THINK, END_THINK = 1, 2
@@ -183,22 +181,9 @@ def run_async(model: str, draft_depth: dict | None) -> dict:
     return result
 
 
-def use_cpu_platform() -> None:
-    """A Python tree put on PYTHONPATH (the patched fork, not installed here)
-    cannot find its own version to detect the platform: name it."""
-    import vllm.platforms
-    from vllm.platforms.cpu import CpuPlatform
-
-    vllm.platforms._current_platform = CpuPlatform()
-
-
-if __name__ == "__main__":
-    if len(sys.argv) > 3 and sys.argv[3] == "--cpu-platform":
-        use_cpu_platform()
+def check(model: str) -> dict:
     init_none_hash(sha256)
-    model, policy = sys.argv[1], json.loads(sys.argv[2])
-    import vllm
-
-    print(json.dumps({"sync": run_sync(model, policy), "async": run_async(model, policy),
-                      "sync_reasoning": run_sync_reasoning(model, policy),
-                      "async_reasoning": run_async_reasoning(model, policy), "vllm": vllm.__file__}))
+    return {name: {"sync": run_sync(model, policy), "async": run_async(model, policy),
+                   "sync_reasoning": run_sync_reasoning(model, policy),
+                   "async_reasoning": run_async_reasoning(model, policy)}
+            for name, policy in POLICIES.items()}

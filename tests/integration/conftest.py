@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import venv
 import zipfile
@@ -98,10 +100,26 @@ def tiny_model(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
     return dest
 
 
-def engine_json(python: Path, script: str, *args: object, timeout: int = 600, env: dict | None = None) -> dict:
-    """Run a tests/engine script in the engine venv; its last stdout line is JSON."""
-    done = subprocess.run([python, ROOT / "tests/engine" / script, *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env=env)
-    if done.returncode:
-        raise AssertionError(f"{script} failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+@pytest.fixture(scope="session")
+def engine_checks(engine_python: Path, tiny_model: Path) -> dict:
+    """tests/engine/checks.py on our vLLM 0.27.1 wheel: scheduler and graph tables."""
+    return engine_json(engine_python, "checks.py", tiny_model)
+
+
+def engine_json(python: Path, script: str, *args: object, timeout: int = 900, env: dict | None = None) -> dict:
+    """Run a tests/engine script in the engine venv; its last stdout line is JSON.
+
+    The script runs in a session of its own: on timeout the whole group goes,
+    EngineCore children included (they hold the pipes, so killing only the
+    script would leave communicate() waiting forever)."""
+    with subprocess.Popen([python, ROOT / "tests/engine" / script, *map(str, args)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=env, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            raise AssertionError(f"{script} ran past {timeout} s:\n{stderr[-4000:]}") from None
+    if process.returncode:
+        raise AssertionError(f"{script} failed ({process.returncode}):\n{stderr[-4000:]}")
+    return dict(json.loads(stdout.strip().splitlines()[-1]))

@@ -1,24 +1,20 @@
 """vLLM 0.27.1's model runner v2 CUDA graph manager, patched, built on CPU from our
-wheel for each draft-depth policy (tests/engine/graph_check.py): a full decode
+wheel for each draft-depth policy (tests/engine/graph_check.py, run by checks.py): a full decode
 graph for every depth the policy verifies, and every uniform batch that vLLM's
 own 1+K graphs cover (its capture sizes, rounded per length, may leave a
 request count without one) finds a graph of its own length."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-from tests.integration.conftest import engine_json
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 LENGTHS = {"fixed": (3,), "phase 1/2": (2, 3), "phase 0/2": (1, 3), "adaptive": (1, 2, 3)}
 
 
 @pytest.fixture(scope="module")
-def tables(engine_python: Path, tiny_model: Path) -> dict:
-    return engine_json(engine_python, "graph_check.py", tiny_model)
+def tables(engine_checks: dict) -> dict:
+    return dict(engine_checks["graphs"])
 
 
 @pytest.mark.parametrize("policy", list(LENGTHS))

@@ -52,16 +52,21 @@ def test_patched_envs_hooks(patched_fork: Path) -> None:
     assert out["drafts_on_gpu=False"]["model.layers.43.ffn.experts"] == [False, True, True]
 
 
+@pytest.fixture(scope="module")
+def fork_checks(patched_fork: Path, engine_python: Path, tiny_model: Path) -> dict:
+    """tests/engine/checks.py on the patched fork's own scheduler and graph
+    manager (its Python tree first on the path, CPU platform named)."""
+    env = {**os.environ, "PYTHONPATH": str(patched_fork)}
+    out = engine_json(engine_python, "checks.py", tiny_model, "--cpu-platform", env=env)
+    assert out["vllm"].startswith(str(patched_fork))
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.network
-def test_fork_scheduler_verifies_one_depth_per_batch(patched_fork: Path, engine_python: Path,
-                                                      tiny_model: Path) -> None:
-    """The same scheduler-level run as for vLLM 0.27.1, on the patched fork's own
-    scheduler (its Python tree first on the path, CPU platform named)."""
-    env = {**os.environ, "PYTHONPATH": str(patched_fork)}
-    policy = '{"policy": "phase", "reasoning_depth": 0}'
-    out = engine_json(engine_python, "scheduler_check.py", tiny_model, policy, "--cpu-platform", env=env)
-    assert out["vllm"].startswith(str(patched_fork))
+def test_fork_scheduler_verifies_one_depth_per_batch(fork_checks: dict) -> None:
+    """The same scheduler-level run as for vLLM 0.27.1."""
+    out = fork_checks["scheduler"]["phase 0/2"]
     assert out["sync"]["scheduled_drafts"] == {"r": 2, "a": 2, "o": 2}
     assert out["sync"]["kv_blocks"] == {"r": 2, "a": 2, "o": 2}
     assert out["sync"]["computed_after"] == {"r": 14, "a": 15, "o": 14}
@@ -74,12 +79,9 @@ def test_fork_scheduler_verifies_one_depth_per_batch(patched_fork: Path, engine_
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_fork_graph_manager_has_a_graph_for_every_depth(patched_fork: Path, engine_python: Path,
-                                                         tiny_model: Path) -> None:
+def test_fork_graph_manager_has_a_graph_for_every_depth(fork_checks: dict) -> None:
     """The fork's model runner v2 graph manager, built on CPU for each policy."""
-    env = {**os.environ, "PYTHONPATH": str(patched_fork)}
-    out = engine_json(engine_python, "graph_check.py", tiny_model, "--cpu-platform", env=env)
-    assert out["vllm"].startswith(str(patched_fork))
+    out = fork_checks["graphs"]
     assert out["fixed"]["graphs"] == ["t12:r4:q3", "t3:r1:q3", "t6:r2:q3", "t9:r3:q3"]  # vLLM's own sizes
     # every depth at the fork's exact request counts (it keeps 1..32 unpadded)
     assert out["phase 0/2"]["graphs"] == sorted(f"t{q * r}:r{r}:q{q}" for q in (1, 3) for r in (1, 2, 3, 4))

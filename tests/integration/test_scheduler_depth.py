@@ -1,29 +1,23 @@
 """The patched vLLM 0.27.1 Scheduler and AsyncScheduler, from our wheel, driven
-with real Request objects on CPU (tests/engine/scheduler_check.py): each decode
+with real Request objects on CPU (tests/engine/scheduler_check.py, run by checks.py): each decode
 batch verifies one depth, the deepest its requests chose, so it keeps one query
 length (and its CUDA graph)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from tests.integration.conftest import engine_json
-
 pytestmark = [pytest.mark.network, pytest.mark.slow]
-PHASE_12 = '{"policy": "phase", "reasoning_depth": 1, "answer_depth": 2}'
-PHASE_02 = '{"policy": "phase", "reasoning_depth": 0, "answer_depth": 2}'
 
 
 @pytest.fixture(scope="module")
-def phase(engine_python: Path, tiny_model: Path) -> dict:
-    return engine_json(engine_python, "scheduler_check.py", tiny_model, PHASE_12)
+def phase(engine_checks: dict) -> dict:
+    return dict(engine_checks["scheduler"]["phase 1/2"])
 
 
 @pytest.fixture(scope="module")
-def phase_02(engine_python: Path, tiny_model: Path) -> dict:
-    return engine_json(engine_python, "scheduler_check.py", tiny_model, PHASE_02)
+def phase_02(engine_checks: dict) -> dict:
+    return dict(engine_checks["scheduler"]["phase 0/2"])
 
 
 def check_mixed_batch(out: dict) -> None:
@@ -90,8 +84,8 @@ def test_async_placeholders_stay_whole_until_scheduled(phase: dict) -> None:
     assert reasoning["computed_after"] == {"r1": 5, "r2": 5}  # its one draft rejected
 
 
-def test_fixed_policy_schedules_as_vllm_does(engine_python: Path, tiny_model: Path) -> None:
-    fixed = engine_json(engine_python, "scheduler_check.py", tiny_model, "null")
+def test_fixed_policy_schedules_as_vllm_does(engine_checks: dict) -> None:
+    fixed = engine_checks["scheduler"]["fixed"]
     assert fixed["sync"]["scheduled_drafts"] == {"r": 2, "a": 2, "o": 2}  # a client's 0 rounds up: no graph at 0
     assert fixed["sync_reasoning"]["scheduled_drafts"] == {"r1": 2, "r2": 2}
     assert fixed["async"]["placeholders"] == {"r": [-1, -1], "a": [-1, -1]}

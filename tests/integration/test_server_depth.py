@@ -20,7 +20,7 @@ PROMPT = "def add(a, b): return a + b. def add(a, b): return a + b. def add(a, b
 @pytest.fixture(scope="module")
 def server(engine_python: Path, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("server") / "server.log"
-    with served(engine_python, tiny_model, SPEC, log) as url:
+    with served(engine_python, tiny_model, SPEC, log, eager=True) as url:
         yield url
 
 
