@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""The scheduler's added cost per step at 256 running requests: the patched
-vLLM Scheduler with the adaptive policy and phase tracking, against the same
-Scheduler with ds4x switched off (fixed policy, no reasoning parser: the
-hooks see None and vLLM runs its own path), in the same run.
+"""The scheduler's added cost per step at 16, 256 and 1024 running requests:
+the patched vLLM Scheduler with each policy and phase tracking, against the
+same Scheduler with ds4x switched off (fixed policy, no reasoning parser: the
+hooks see None and vLLM runs its own path), in the same run. Prints the median
+step, the ratio, and the added cost per request in microseconds.
 
 Run with the Python of a venv that has our vLLM wheel:
-    ENGINE_PYTHON bench/scheduler_overhead.py MODEL_DIR [--requests 256 --steps 200]
+    ENGINE_PYTHON bench/scheduler_overhead.py MODEL_DIR [--requests 16 256 1024 --steps 200]
 MODEL_DIR: any model directory with a tokenizer (tests/engine/tiny_model.py makes one).
 """
 
@@ -53,22 +54,24 @@ def step_times(model: str, policy: str | None, requests: int, steps: int) -> lis
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model")
-    parser.add_argument("--requests", type=int, default=256)
+    parser.add_argument("--requests", type=int, nargs="+", default=[16, 256, 1024])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     init_none_hash(sha256)
     policies = [None, "fixed", "phase", "adaptive"]
-    times: dict[str | None, list[float]] = {p: [] for p in policies}
-    for _ in range(args.rounds):  # interleaved, so drift hits all alike
-        for policy in policies:
-            times[policy] += step_times(args.model, policy, args.requests, args.steps)[20:]
-    base = statistics.median(times[None])
-    print(f"{args.requests} running requests, {len(times[None])} steps each, median per step (schedule + update):")
-    print(f"  vLLM path (ds4x off):            {base * 1e3:.3f} ms")
-    for policy in policies[1:]:
-        t = statistics.median(times[policy])
-        print(f"  {policy:<8} + phase tracking:       {t * 1e3:.3f} ms  ({t / base - 1:+.1%})")
+    for requests in args.requests:
+        times: dict[str | None, list[float]] = {p: [] for p in policies}
+        for _ in range(args.rounds):  # interleaved, so drift hits all alike
+            for policy in policies:
+                times[policy] += step_times(args.model, policy, requests, args.steps)[20:]
+        base = statistics.median(times[None])
+        print(f"{requests} running requests, {len(times[None])} steps each, median per step (schedule + update):")
+        print(f"  vLLM path (ds4x off):            {base * 1e3:.3f} ms")
+        for policy in policies[1:]:
+            t = statistics.median(times[policy])
+            print(f"  {policy:<8} + phase tracking:       {t * 1e3:.3f} ms  ({t / base - 1:+.1%}, "
+                  f"{(t - base) / requests * 1e6:+.2f} us per request)")
 
 
 if __name__ == "__main__":

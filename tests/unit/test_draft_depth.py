@@ -28,23 +28,25 @@ def tracker() -> object:
     ],
 )
 def test_phase_from_the_prompt(prompt: list[int], phase: str) -> None:
-    assert tracker().initial(prompt)[0] == phase
+    assert tracker().initial(prompt) == phase
 
 
 def test_phase_over_a_token_stream_with_reentry() -> None:
     t = tracker()
-    phase, tail = t.initial([10, THINK])
+    history = [10, THINK]
+    phase = t.initial(history)
     seen = []
     for chunk in ([11, 12], [13, END_THINK, 14], [15, THINK], [16], [7, 8], [9, 17]):  # marker split across steps
-        phase, tail = t.feed(phase, tail, chunk)
+        history += chunk
+        phase = t.feed(phase, history, len(chunk))
         seen.append(phase)
     assert seen == ["reasoning", "answer", "reasoning", "reasoning", "reasoning", "answer"]
 
 
 def test_partial_marker_does_not_end_reasoning() -> None:
     t = tracker()
-    phase, tail = t.feed("reasoning", (), [7, 8, 5, 9])
-    assert phase == "reasoning"
+    assert t.feed("reasoning", [7, 8, 5, 9], 4) == "reasoning"
+    assert t.feed("reasoning", [7, 8, 9, 5], 1) == "reasoning"  # the marker ended before these new tokens
 
 
 @pytest.mark.parametrize(

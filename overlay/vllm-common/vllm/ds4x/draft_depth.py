@@ -161,12 +161,13 @@ class PhaseTracker:
     The prompt decides the start (a chat template that disables thinking has
     already closed the section); then each end marker (``</think>``, and the
     DeepSeek-V4 tool-call marker) ends reasoning and a start marker re-enters it.
+    Nothing is kept per request: a marker is looked for in the request's own
+    token history, and only when a marker's last token has just arrived.
     """
 
     def __init__(self, start_markers: Iterable[Sequence[int]], end_markers: Iterable[Sequence[int]]) -> None:
         self.start = [tuple(m) for m in start_markers if m]
         self.end = [tuple(m) for m in end_markers if m]
-        self.keep = max((len(m) for m in [*self.start, *self.end]), default=1) - 1
         self.last_tokens = frozenset(m[-1] for m in [*self.start, *self.end])
 
     @staticmethod
@@ -181,25 +182,21 @@ class PhaseTracker:
                     break
         return best
 
-    def initial(self, prompt: Sequence[int]) -> tuple[str, tuple[int, ...]]:
-        """Reasoning unless the prompt's last marker closed it. Returns (phase, tail)."""
-        in_answer = self._last(prompt, self.end) > self._last(prompt, self.start)
-        tail = tuple(prompt[-self.keep :]) if self.keep else ()
-        return (ANSWER if in_answer else REASONING), tail
+    def initial(self, prompt: Sequence[int]) -> str:
+        """Reasoning unless the prompt's last marker closed it."""
+        return ANSWER if self._last(prompt, self.end) > self._last(prompt, self.start) else REASONING
 
-    def feed(self, phase: str, tail: tuple[int, ...], new: Sequence[int]) -> tuple[str, tuple[int, ...]]:
-        if self.last_tokens.isdisjoint(new):  # the common case: no marker can end here
-            return phase, (tuple((*tail, *new)[-self.keep :]) if self.keep else ())
-        window = [*tail]
-        for token in new:
-            window.append(token)
-            if any(tuple(window[-len(m) :]) == m for m in self.end):
+    def feed(self, phase: str, history: Sequence[int], new: int) -> str:
+        """The phase after the last `new` tokens of `history` (all of the
+        request's tokens so far) arrived."""
+        for end in range(max(len(history) - new, 0) + 1, len(history) + 1):
+            if history[end - 1] not in self.last_tokens:  # the common case: no marker ends here
+                continue
+            if any(len(m) <= end and tuple(history[end - len(m) : end]) == m for m in self.end):
                 phase = ANSWER
-            elif any(tuple(window[-len(m) :]) == m for m in self.start):
+            elif any(len(m) <= end and tuple(history[end - len(m) : end]) == m for m in self.start):
                 phase = REASONING
-            if len(window) > self.keep:
-                del window[: len(window) - self.keep]
-        return phase, tuple(window)
+        return phase
 
 
 def expected_tokens(acceptance: Sequence[float], depth: int) -> float:
@@ -292,7 +289,6 @@ def best_depth(acceptance: Sequence[float], costs: Sequence[float],
 @dataclass
 class RequestState:
     phase: str
-    tail: tuple[int, ...]
     override: int | None
     depth: int
     acceptance: dict[str, Acceptance]
@@ -329,10 +325,8 @@ class DepthPolicy:
         return self.k_max
 
     def add(self, request_id: str, prompt: Sequence[int], extra_args: Mapping[str, Any] | None) -> RequestState:
-        phase, tail = self.tracker.initial(prompt) if self.tracker else (ANSWER, ())
         state = RequestState(
-            phase=phase,
-            tail=tail,
+            phase=self.tracker.initial(prompt) if self.tracker else ANSWER,
             override=request_depth(extra_args, self.k_max),
             depth=self.k_max,
             acceptance={p: Acceptance(list(a.estimate()), self.config.smoothing) for p, a in self.seed.items()},
@@ -350,19 +344,21 @@ class DepthPolicy:
             mine = state.acceptance[phase].rates
             seed.rates = [s + 0.25 * (m - s) for s, m in zip(seed.rates, mine)]
 
-    def on_tokens(self, request_id: str, new: Sequence[int]) -> None:
+    def on_tokens(self, request_id: str, new: Sequence[int], history: Sequence[int] | None = None) -> None:
+        """history: all of the request's tokens, ending with `new` (default: just
+        `new`, enough for single-token markers)."""
         state = self.requests.get(request_id)
         if state is not None and new:
-            self.tokens(state, new)
+            self.tokens(state, new, new if history is None else history)
 
-    def tokens(self, state: RequestState, new: Sequence[int]) -> None:
-        """Every step's new tokens: the phase, the end of an exploring step, and
-        the probe at depth 0."""
+    def tokens(self, state: RequestState, new: Sequence[int], history: Sequence[int]) -> None:
+        """Every step's new tokens (the last of `history`): the phase, the end
+        of an exploring step, and the probe at depth 0."""
         if state.exploring:
             state.exploring = False
             state.depth = self._decide(state, force=True)
-        if self.tracker is not None:
-            phase, state.tail = self.tracker.feed(state.phase, state.tail, new)
+        if self.tracker is not None and not self.tracker.last_tokens.isdisjoint(new):
+            phase = self.tracker.feed(state.phase, history, len(new))
             if phase != state.phase:
                 state.phase = phase
                 state.depth = self._decide(state, force=True)

@@ -9,6 +9,7 @@ so it keeps a full CUDA graph. KV lookahead stays reserved for K_max.
 """
 
 import time
+from collections import Counter
 
 from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig, PhaseTracker
 from vllm.ds4x.spec_metrics import DepthStats
@@ -40,8 +41,20 @@ def phase_tracker(vllm_config) -> PhaseTracker | None:
 
 
 class DraftDepthScheduling:
+    """The hooks run for every request on every step, so each takes its fast
+    path in a few operations: the policy's state hangs on the request itself,
+    a token that ends no marker is one set test, a policy whose batches always
+    verify K_max (fixed) never cuts drafts, and metrics are tallied once per
+    step."""
+
     def __init__(self, policy: DepthPolicy) -> None:
         self.policy = policy
+        self._adaptive = policy.config.policy == "adaptive"
+        self._markers = policy.tracker.last_tokens if policy.tracker else frozenset()
+        # fixed without graph_depths: every batch verifies K_max, nothing to cut
+        self._cuts = any(d < policy.k_max for d in policy.batch_depth)
+        self._verified: list[tuple[str, int, int, int]] = []  # this step: (phase, chosen, drafted, accepted)
+        self._stats = None
         self._previous: frozenset[str] = frozenset()
         self._step_end: float | None = None
 
@@ -62,12 +75,14 @@ class DraftDepthScheduling:
         return cls(DepthPolicy(config, k_max, tracker))
 
     def _state(self, request):
-        state = self.policy.requests.get(request.request_id)
-        if state is None:
+        try:
+            return request.ds4x_depth_state
+        except AttributeError:
             params = request.sampling_params
             state = self.policy.add(request.request_id, request.prompt_token_ids or [],
                                     params.extra_args if params is not None else None)
-        return state
+            request.ds4x_depth_state = state
+            return state
 
     def uniform_depth(self, running) -> None:
         """Before scheduling: every decode request in the batch verifies one
@@ -76,34 +91,62 @@ class DraftDepthScheduling:
         graph. Drafts are kept whole until here (verifying more than a
         request chose is lossless); a drafter that proposed fewer (n-gram)
         keeps its shorter list."""
-        drafting = [request for request in running if request.spec_token_ids]
-        if not drafting:
+        if not self._cuts:
             return
-        depth = self.policy.batch_depth[max(self._state(request).depth for request in drafting)]
-        for request in drafting:
+        state = self._state
+        chosen = max((state(request).depth for request in running if request.spec_token_ids), default=None)
+        if chosen is None:
+            return
+        depth = self.policy.batch_depth[chosen]
+        if depth == self.policy.k_max:
+            return
+        for request in running:
             if len(request.spec_token_ids) > depth:
                 request.spec_token_ids = request.spec_token_ids[:depth]
 
     def on_verified(self, request, drafted: int, accepted: int, stats) -> None:
+        if stats is None and not self._adaptive:
+            return
         state = self._state(request)
-        phase, chosen = state.phase, state.depth  # as scheduled (async: may be a step newer)
-        self.policy.verified(state, drafted, accepted)
-        if stats is not None:
-            if stats.ds4x is None:
-                stats.ds4x = DepthStats()
-            stats.ds4x.observe(phase, chosen, drafted, accepted)
+        if stats is not None:  # as scheduled (async: the depth may be a step newer)
+            if stats is not self._stats:  # a step that ended without on_step_end: its own stats
+                self._tally()
+                self._stats = stats
+            self._verified.append((state.phase, state.depth, drafted, accepted))
+        if self._adaptive:
+            self.policy.verified(state, drafted, accepted)
 
     def on_tokens(self, request, new_token_ids: list[int]) -> None:
-        if new_token_ids:
-            self.policy.tokens(self._state(request), new_token_ids)
+        if self._adaptive:
+            if new_token_ids:
+                self.policy.tokens(self._state(request), new_token_ids, request.all_token_ids)
+        elif not self._markers.isdisjoint(new_token_ids):
+            self.policy.tokens(self._state(request), new_token_ids, request.all_token_ids)
 
     def forget(self, request_id: str) -> None:
         self.policy.forget(request_id)
 
     def on_step_end(self, scheduler_output) -> None:
+        self._tally()
+        self._time_step(scheduler_output)
+
+    def _tally(self) -> None:
+        """The step's verifications into its spec-decode stats, once."""
+        stats, verified = self._stats, self._verified
+        self._stats, self._verified = None, []
+        if stats is None or not verified:
+            return
+        if stats.ds4x is None:
+            stats.ds4x = DepthStats()
+        for (phase, chosen, drafted, accepted), count in Counter(verified).items():
+            stats.ds4x.observe(phase, chosen, drafted, accepted, count)
+
+    def _time_step(self, scheduler_output) -> None:
         """Live step cost: wall time since the previous step ended, credited to
         this step when it was a pure decode batch of one verify length and ran
         the same requests as the one before (no idle gap, no admission)."""
+        if not self._adaptive:
+            return
         now = time.perf_counter()
         scheduled = scheduler_output.num_scheduled_tokens
         requests = frozenset(scheduled)
@@ -118,6 +161,7 @@ class DraftDepthScheduling:
             if tokens <= self.policy.k_max + 1:
                 self.policy.costs.observe(tokens, now - self._step_end)
         self._previous, self._step_end = requests, now
+
 
 def validate_request(params, speculative_config) -> None:
     """The front end's check of a client's own draft_depth: a 400 that names it,
