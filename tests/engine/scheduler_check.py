@@ -101,8 +101,8 @@ def run_sync(model: str, draft_depth: dict | None) -> dict:
     engine_out = s.update_from_output(out, output(ids, {"r": [40], "a": [30, 41], "o": [42]}))
     result["computed_after"] = {r: reqs[r].num_computed_tokens for r in ids}
     result["num_tokens_after"] = {r: reqs[r].num_tokens for r in ids}
-    stats = engine_out[0].scheduler_stats.spec_decoding_stats
-    result["stats"] = {"drafts": stats.num_drafts, "draft_tokens": stats.num_draft_tokens,
+    stats = engine_out[0].scheduler_stats.spec_decoding_stats  # None: nothing verified (adaptive at depth 0)
+    result["stats"] = None if stats is None else {"drafts": stats.num_drafts, "draft_tokens": stats.num_draft_tokens,
                        "accepted": stats.num_accepted_tokens,
                        "by_phase": None if stats.ds4x is None else {
                            "drafts": stats.ds4x.drafts, "draft_tokens": stats.ds4x.draft_tokens,
