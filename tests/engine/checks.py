@@ -1,16 +1,20 @@
-"""The scheduler and CUDA graph checks of the installed (patched) vLLM, in one
-process: importing vLLM takes minutes on a small CI machine. Prints one JSON
-line: {"scheduler": ..., "graphs": ..., "vllm": the vllm package it ran}.
+"""The scheduler, CUDA graph and (with --e2e) end-to-end checks of the
+installed (patched) vLLM, in one process: importing vLLM takes minutes on a
+small CI machine. Prints one JSON line: {"scheduler": ..., "graphs": ...,
+"e2e": ... (with --e2e), "vllm": the vllm package it ran}.
 
-Usage: checks.py MODEL_DIR [--cpu-platform]
+Usage: checks.py MODEL_DIR [--cpu-platform] [--e2e]
 --cpu-platform: a Python tree put on PYTHONPATH (the patched fork, not
 installed here) cannot find its own version to detect the platform: name it.
+--e2e: also run the engines of e2e_check.py.
 """
 
 import json
 import sys
 
 if __name__ == "__main__":
+    import e2e_check  # first: it sets the environment the in-process engines need
+
     if "--cpu-platform" in sys.argv:
         import vllm.platforms
         from vllm.platforms.cpu import CpuPlatform
@@ -21,5 +25,7 @@ if __name__ == "__main__":
     import vllm
 
     model = sys.argv[1]
-    print(json.dumps({"scheduler": scheduler_check.check(model), "graphs": graph_check.check(model),
-                      "vllm": vllm.__file__}))
+    out = {"scheduler": scheduler_check.check(model), "graphs": graph_check.check(model)}
+    if "--e2e" in sys.argv:
+        out["e2e"] = e2e_check.check(model)
+    print(json.dumps({**out, "vllm": vllm.__file__}))

@@ -2,16 +2,13 @@
 n-gram speculation with K_max=2 and the phase policy (1/2, then 0/2), and the
 same prompts without speculation. Each engine runs three batches: reasoning
 requests alone, answer requests alone, then all four together (one verify
-depth for the batch: the deepest chosen). Prints one JSON line: per engine,
-the greedy tokens of each batch and the engine's own spec-decode metrics.
-
-Usage: e2e_check.py MODEL_DIR
+depth for the batch: the deepest chosen). check() returns, per engine, the
+greedy tokens of each batch and the engine's own spec-decode metrics (run by
+checks.py --e2e).
 """
 
 import gc
-import json
 import os
-import sys
 
 # The engine core in this process, not a spawned one, and no torch.compile
 # (enforce_eager leaves vLLM's own compiled samplers on): each would cost
@@ -56,10 +53,9 @@ def run(model: str, speculative: dict | None) -> tuple[dict[str, list[int]], dic
     return tokens, metrics
 
 
-if __name__ == "__main__":
-    model = sys.argv[1]
+def check(model: str) -> dict:
     runs = {}
     for name, speculative in ENGINES.items():
         tokens, metrics = run(model, speculative)
         runs[name] = {"tokens": tokens, "metrics": metrics}
-    print(json.dumps(runs))
+    return runs

@@ -73,6 +73,17 @@ def output(ids: list[str], sampled: dict[str, list[int]]) -> ModelRunnerOutput:
                              pooler_output=[])
 
 
+def drafts(out, ids: list[str]) -> dict[str, int]:
+    return {r: len(out.scheduled_spec_decode_tokens.get(r, [])) for r in ids}
+
+
+def verified(out, ids: list[str], sampled: dict[str, list[int]]) -> ModelRunnerOutput:
+    """sampled[r]: the drafts accepted, then the next token; only as many drafts
+    as the step verified for r are kept (a policy may have verified none)."""
+    depth = drafts(out, ids)
+    return output(ids, {r: tokens[:-1][:depth[r]] + tokens[-1:] for r, tokens in sampled.items()})
+
+
 def run_sync(model: str, draft_depth: dict | None) -> dict:
     s = scheduler(model, draft_depth, False)
     # EAGLE/MTP/DSpark reserve K_max lookahead slots (n-gram needs none): do as they do
@@ -90,7 +101,7 @@ def run_sync(model: str, draft_depth: dict | None) -> dict:
     out = s.schedule()  # verify
     blocks = {r: len(s.kv_cache_manager.get_block_ids(r)[0]) for r in ids}
     result = {
-        "scheduled_drafts": {r: len(out.scheduled_spec_decode_tokens.get(r, [])) for r in ids},
+        "scheduled_drafts": drafts(out, ids),
         "scheduled_tokens": dict(out.num_scheduled_tokens),
         "kv_blocks": blocks,
         "kv_tokens_needed": {r: computed_before[r] + out.num_scheduled_tokens[r] + s.num_lookahead_tokens
@@ -98,7 +109,7 @@ def run_sync(model: str, draft_depth: dict | None) -> dict:
         "lookahead": s.num_lookahead_tokens,
     }
     # r and o: both drafts rejected; a: first of two accepted, second rejected
-    engine_out = s.update_from_output(out, output(ids, {"r": [40], "a": [30, 41], "o": [42]}))
+    engine_out = s.update_from_output(out, verified(out, ids, {"r": [40], "a": [30, 41], "o": [42]}))
     result["computed_after"] = {r: reqs[r].num_computed_tokens for r in ids}
     result["num_tokens_after"] = {r: reqs[r].num_tokens for r in ids}
     stats = engine_out[0].scheduler_stats.spec_decoding_stats  # None: nothing verified (adaptive at depth 0)
@@ -114,12 +125,8 @@ def run_sync(model: str, draft_depth: dict | None) -> dict:
     s.update_from_output(out, output(ids, {"r": [END_THINK], "a": [43], "o": [44]}))
     s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
     out = s.schedule()
-    result["after_end_think"] = {r: len(out.scheduled_spec_decode_tokens.get(r, [])) for r in ids}
+    result["after_end_think"] = drafts(out, ids)
     return result
-
-
-def drafts(out, ids: list[str]) -> dict[str, int]:
-    return {r: len(out.scheduled_spec_decode_tokens.get(r, [])) for r in ids}
 
 
 def run_sync_reasoning(model: str, draft_depth: dict | None) -> dict:
@@ -170,12 +177,12 @@ def run_async(model: str, draft_depth: dict | None) -> dict:
     out2 = s.schedule()  # async: the next step is scheduled before the first output returns
     result = {
         "placeholders": placeholders,
-        "scheduled_drafts": {r: len(out2.scheduled_spec_decode_tokens.get(r, [])) for r in ids},
+        "scheduled_drafts": drafts(out2, ids),
         "scheduled_tokens": dict(out2.num_scheduled_tokens),
         "output_placeholders": {r: reqs[r].num_output_placeholders for r in ids},
     }
     s.update_from_output(out, output(ids, {r: [20] for r in ids}))
-    s.update_from_output(out2, output(ids, {"r": [21], "a": [30, 22]}))
+    s.update_from_output(out2, verified(out2, ids, {"r": [21], "a": [30, 22]}))
     result["computed_after"] = {r: reqs[r].num_computed_tokens for r in ids}
     result["output_placeholders_after"] = {r: reqs[r].num_output_placeholders for r in ids}
     return result

