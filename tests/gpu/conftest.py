@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
 def cuda_devices() -> int:
+    # no NVIDIA driver node: no device, and no torch import (minutes, uncached, on a small machine)
+    if not any(Path(p).exists() for p in ("/dev/nvidiactl", "/proc/driver/nvidia/gpus")):
+        return 0
     try:
         import torch
     except ImportError:
