@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.integration.conftest import extract
 
-pytestmark = [pytest.mark.network, pytest.mark.slow]  # the engine venv
+pytestmark = pytest.mark.network
 PROBE = Path(__file__).with_name("cudart_probe.py")
 # Exports two of the runtime's names, not cudaDeviceReset: enough to be picked, not to
 # work. The reserved span makes the loader place it below libcudart (mappings go
@@ -37,10 +38,9 @@ def stub(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def probe(python: Path, wheel: Path, tmp_path: Path, real: Path, stub: Path) -> dict[str, object]:
-    """In the engine venv: cuda_ipc imports torch.distributed, which only that venv has."""
+def probe(wheel: Path, tmp_path: Path, real: Path, stub: Path) -> dict[str, object]:
     cuda_ipc = extract(wheel, "flashinfer/comm/cuda_ipc.py", tmp_path / "cuda_ipc.py")
-    done = subprocess.run([python, str(PROBE), str(cuda_ipc), str(real), str(stub), "real", "stub"],
+    done = subprocess.run([sys.executable, str(PROBE), str(cuda_ipc), str(real), str(stub), "real", "stub"],
                           capture_output=True, text=True, check=True)
     result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     # the stub is mapped at a lower address: first in /proc/self/maps, as in the report
@@ -48,14 +48,14 @@ def probe(python: Path, wheel: Path, tmp_path: Path, real: Path, stub: Path) -> 
     return result
 
 
-def test_pinned_flashinfer_crashes_on_the_stub(engine_python: Path, flashinfer_wheels: tuple[Path, Path],
-                                              real_libcudart: Path, stub: Path, tmp_path: Path) -> None:
-    result = probe(engine_python, flashinfer_wheels[0], tmp_path, real_libcudart, stub)
+def test_pinned_flashinfer_crashes_on_the_stub(flashinfer_wheels: tuple[Path, Path], real_libcudart: Path,
+                                              stub: Path, tmp_path: Path) -> None:
+    result = probe(flashinfer_wheels[0], tmp_path, real_libcudart, stub)
     assert result["error"] == f"AttributeError: {stub}: undefined symbol: cudaDeviceReset"
 
 
-def test_patched_flashinfer_resolves_the_real_runtime(engine_python: Path, flashinfer_wheels: tuple[Path, Path],
-                                                     real_libcudart: Path, stub: Path, tmp_path: Path) -> None:
-    result = probe(engine_python, flashinfer_wheels[1], tmp_path, real_libcudart, stub)
+def test_patched_flashinfer_resolves_the_real_runtime(flashinfer_wheels: tuple[Path, Path], real_libcudart: Path,
+                                                     stub: Path, tmp_path: Path) -> None:
+    result = probe(flashinfer_wheels[1], tmp_path, real_libcudart, stub)
     assert result == {"maps_order": [str(stub), str(real_libcudart)], "resolved": str(real_libcudart),
                       "has cudaDeviceReset": True}
