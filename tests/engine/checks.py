@@ -13,7 +13,9 @@ import json
 import sys
 
 if __name__ == "__main__":
-    import e2e_check  # first: it sets the environment the in-process engines need
+    e2e = "--e2e" in sys.argv
+    if e2e:
+        import e2e_check  # before vLLM: it sets the environment its in-process engines need
 
     if "--cpu-platform" in sys.argv:
         import vllm.platforms
@@ -26,6 +28,6 @@ if __name__ == "__main__":
 
     model = sys.argv[1]
     out = {"scheduler": scheduler_check.check(model), "graphs": graph_check.check(model)}
-    if "--e2e" in sys.argv:
+    if e2e:
         out["e2e"] = e2e_check.check(model)
     print(json.dumps({**out, "vllm": vllm.__file__}))
