@@ -1,10 +1,12 @@
-"""One GPU case of the patched fork (model runner v2), in-process so that CUDA graph
-replays can be counted. Writes OUTDIR/CASE.json.
+"""One GPU case of the patched fork, in-process so that CUDA graph replays can be
+counted. Writes OUTDIR/CASE.json.
 
 Usage: case.py CASE OUTDIR MODELROOT
-  CASE = {dense,moe}-{eager,fixed,phase12,phase02,adaptive}
+  CASE = {dense,moe}-{eager,fixed,phase12,phase02,adaptive}[-v1]
   eager: no speculation, enforce_eager (the reference tokens). The others: FULL_DECODE_ONLY
-  graphs, EAGLE K=2, reasoning parser deepseek_r1, and the draft_depth policy named.
+  graphs, K=2, reasoning parser deepseek_r1, and the draft_depth policy named; model
+  runner v2 with EAGLE (the user's runner: DSpark forces it), or with -v1 model runner v1
+  with n-gram drafts.
 Two requests reason (their prompt opens <think>) for 64 tokens, two answer (</think>
 closed) for 24, so decode batches are mixed first and reasoning-only after."""
 
@@ -19,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.engine.policies import POLICIES  # noqa: E402
 
 CASE, OUTDIR, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
-KIND, MODE = CASE.split("-", 1)
+KIND, MODE, *RUNNER = CASE.split("-")
+V1 = RUNNER == ["v1"]
 K = 2
 THINK, END_THINK = 1, 2
 TEXTS = [("Let me think about the file layout", 64, False), ("for i in range(10):", 64, False),
@@ -38,20 +41,12 @@ class Counters:
     def install(self) -> list:
         import torch
         from vllm.model_executor.layers.fused_moe import routed_experts as RE
-        from vllm.v1.worker.gpu import cudagraph_utils as CU
-        from vllm.v1.worker.gpu import model_runner as MR
 
-        managers: list = []
-        init, run_full, execute = CU.CudaGraphManager.__init__, CU.CudaGraphManager.run_fullgraph, MR.GPUModelRunner.execute_model
-
-        def manager_init(mgr, *a, **k):
-            init(mgr, *a, **k)
-            managers.append(mgr)
-
-        def run_fullgraph(mgr, desc):
-            self.replays[type(mgr).__name__][str(desc.uniform_token_count)] += 1
-            self._replayed |= isinstance(mgr, CU.ModelCudaGraphManager)
-            return run_full(mgr, desc)
+        if V1:
+            managers, MR = self.count_v1()
+        else:
+            managers, MR = self.count_v2()
+        execute = MR.GPUModelRunner.execute_model
 
         def execute_model(runner, scheduler_output, *a, **k):
             lengths = set(scheduler_output.num_scheduled_tokens.values())
@@ -64,7 +59,6 @@ class Counters:
                 self.decode_steps["graph" if self._replayed else "eager"][key] += 1
             return out
 
-        CU.CudaGraphManager.__init__, CU.CudaGraphManager.run_fullgraph = manager_init, run_fullgraph
         MR.GPUModelRunner.execute_model = execute_model
         for name in ("_cpu_decode", "_cpu_prefill"):
             original = getattr(RE.RoutedExperts, name)
@@ -76,6 +70,65 @@ class Counters:
 
             setattr(RE.RoutedExperts, name, counted)
         return managers
+
+
+    def count_v2(self) -> tuple[list, object]:
+        """Replays through v2's graph managers (target, drafter prefill, drafter)."""
+        from vllm.v1.worker.gpu import cudagraph_utils as CU
+        from vllm.v1.worker.gpu import model_runner as MR
+
+        managers: list = []
+        init, run_full = CU.CudaGraphManager.__init__, CU.CudaGraphManager.run_fullgraph
+
+        def manager_init(mgr, *a, **k):
+            init(mgr, *a, **k)
+            managers.append(mgr)
+
+        def run_fullgraph(mgr, desc):
+            self.replays[type(mgr).__name__][str(desc.uniform_token_count)] += 1
+            self._replayed |= isinstance(mgr, CU.ModelCudaGraphManager)
+            return run_full(mgr, desc)
+
+        CU.CudaGraphManager.__init__, CU.CudaGraphManager.run_fullgraph = manager_init, run_fullgraph
+        return managers, MR
+
+    def count_v1(self) -> tuple[list, object]:
+        """v1 (n-gram drafts on the CPU): every CUDA graph replay is the target's,
+        counted by the query length of the batch descriptor it was dispatched for."""
+        import torch
+        from vllm import forward_context as FC
+        from vllm.v1 import cudagraph_dispatcher as CD
+        from vllm.v1.worker import gpu_model_runner as MR
+
+        dispatchers: list = []
+        init, replay = CD.CudagraphDispatcher.__init__, torch.cuda.CUDAGraph.replay
+
+        def dispatcher_init(disp, *a, **k):
+            init(disp, *a, **k)
+            dispatchers.append(disp)
+
+        def counted_replay(graph, *a, **k):
+            desc = FC.get_forward_context().batch_descriptor if FC.is_forward_context_available() else None
+            length = desc.num_tokens // desc.num_reqs if desc and desc.uniform and desc.num_reqs else "mixed"
+            self.replays["CudagraphDispatcher"][str(length)] += 1
+            self._replayed = True
+            return replay(graph, *a, **k)
+
+        CD.CudagraphDispatcher.__init__, torch.cuda.CUDAGraph.replay = dispatcher_init, counted_replay
+        return dispatchers, MR
+
+
+def graph_keys(graph_tables: list) -> dict:
+    """The full decode graphs of each v2 manager or v1 dispatcher, as t<tokens>:r<requests>:q<query length>."""
+    from vllm.config import CUDAGraphMode
+
+    out = {}
+    for table in graph_tables:
+        descs = table.graphs if hasattr(table, "graphs") else table.cudagraph_keys[CUDAGraphMode.FULL]
+        out[type(table).__name__] = sorted(
+            f"t{d.num_tokens}:r{d.num_reqs}:q{getattr(d, 'uniform_token_count', None) or d.num_tokens // d.num_reqs}"
+            for d in descs)
+    return out
 
 
 def prompts(path: str) -> list:
@@ -96,7 +149,8 @@ def engine_args(path: str) -> dict:
               kernel_config={"ir_op_priority": {"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}})
     if MODE == "eager":
         return {**kw, "enforce_eager": True, "compilation_config": {"mode": 0, "custom_ops": ["none"]}}
-    spec = {"method": "eagle", "model": path + "_eagle", "num_speculative_tokens": K}
+    spec = ({"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3, "prompt_lookup_min": 1} if V1
+            else {"method": "eagle", "model": path + "_eagle", "num_speculative_tokens": K})
     policy = POLICIES[{"phase12": "phase 1/2", "phase02": "phase 0/2"}.get(MODE, MODE)]
     if policy is not None:
         spec["draft_depth"] = policy
@@ -106,7 +160,7 @@ def engine_args(path: str) -> dict:
 
 def run() -> dict:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0" if V1 else "1"
     counters = Counters()
     managers = counters.install()
     from vllm import LLM, SamplingParams
@@ -127,8 +181,7 @@ def run() -> dict:
     return {
         "tokens": [list(o.outputs[0].token_ids) for o in outs],
         "init_s": round(init_s, 1), "generate_s": round(time.time() - t0, 2),
-        "graphs": {type(m).__name__: sorted(f"t{d.num_tokens}:r{d.num_reqs}:q{d.uniform_token_count}" for d in m.graphs)
-                   for m in managers},
+        "graphs": graph_keys(managers),
         "replays": counters.replays, "decode_steps": counters.decode_steps, "lk_moe": counters.moe,
         "spec_metrics": metrics,
     }

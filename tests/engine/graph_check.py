@@ -1,7 +1,8 @@
-"""Build the installed (patched) vLLM's model runner v2 CUDA graph manager on CPU
-for each draft-depth policy of tests/engine/policies.py and return the full
-decode graphs it would capture and what dispatch picks for uniform decode
-batches of every depth (run by checks.py).
+"""Build the installed (patched) vLLM's CUDA graph tables on CPU, model runner
+v2's graph manager and model runner v1's dispatcher, for each draft-depth policy
+of tests/engine/policies.py and return the full decode graphs each would capture
+and what dispatch picks for uniform decode batches of every depth (run by
+checks.py).
 Nothing is captured: CPU has no CUDA graphs. The manager's own tables are built
 by its real constructor; only the process-group lookup and the CUDA graph memory
 pool (environment, not the code under test) are stood in for."""
@@ -21,12 +22,7 @@ class _Rank:
     is_first_rank = is_last_rank = True
 
 
-def manager(model: str, draft_depth: dict | None):
-    from vllm.ds4x.decode_graphs import decode_query_lens
-    from vllm.v1.worker.gpu import cudagraph_utils as cu
-
-    cu.get_pp_group = lambda: _Rank()
-    cu.current_platform.get_global_graph_pool = lambda: None
+def config(model: str, draft_depth: dict | None) -> VllmConfig:
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=K, prompt_lookup_max=2, prompt_lookup_min=1,
                              draft_depth=draft_depth)
     config = VllmConfig(
@@ -38,9 +34,31 @@ def manager(model: str, draft_depth: dict | None):
     # what the GPU runner's sizing leaves (CPU platforms turn graphs off in the config)
     config.compilation_config.cudagraph_capture_sizes = [1, 2, 4, 8]
     config.compilation_config.max_cudagraph_capture_size = 12
+    return config
+
+
+def manager(config: VllmConfig):
+    from vllm.ds4x.decode_graphs import decode_query_lens
+    from vllm.v1.worker.gpu import cudagraph_utils as cu
+
+    cu.get_pp_group = lambda: _Rank()
+    cu.current_platform.get_global_graph_pool = lambda: None
     with set_current_vllm_config(config):
         return cu.ModelCudaGraphManager(config, "cpu", CUDAGraphMode.FULL_DECODE_ONLY, decode_query_len=1 + K,
                                         decode_query_lens=decode_query_lens(config, 1 + K))
+
+
+def dispatcher(config: VllmConfig):
+    """Model runner v1's dispatcher with the keys its runner initializes."""
+    from vllm.ds4x.decode_graphs import decode_query_lens
+    from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+
+    # what resolve_cudagraph_mode_and_sizes does for v1 with spec decode
+    config.compilation_config.adjust_cudagraph_sizes_for_spec_decode(1 + K, 1)
+    with set_current_vllm_config(config):
+        disp = CudagraphDispatcher(config)
+        disp.initialize_cudagraph_keys(CUDAGraphMode.FULL_DECODE_ONLY, 1 + K, decode_query_lens(config, 1 + K))
+    return disp
 
 
 def table(mgr) -> dict:
@@ -59,5 +77,25 @@ def table(mgr) -> dict:
     return {"graphs": graphs, "dispatch": dispatch, "mixed": mixed.cg_mode.name}
 
 
+def v1_table(disp) -> dict:
+    """As table(), through the v1 runner's rule: a batch is uniform when its
+    query length has decode graphs (1 + K without ds4x's)."""
+    graphs = disp.decode_graphs
+
+    def uniform(query_len: int) -> bool:
+        return query_len == (graphs.query_len(query_len, 1 + K) if graphs else 1 + K)
+
+    def show(mode, desc) -> str:
+        length = desc.num_tokens // desc.num_reqs if desc.uniform else None
+        return f"{mode.name}:t{desc.num_tokens}:r{desc.num_reqs}:q{length}"
+
+    dispatch = {f"q{q}r{reqs}": show(*disp.dispatch(q * reqs, uniform_decode=uniform(q), uniform_query_len=q))
+                for q in range(1, K + 2) for reqs in range(1, MAX_NUM_SEQS + 1)}
+    mixed, _ = disp.dispatch(4, uniform_decode=False)
+    graphs_out = sorted(show(mode, d).split(":", 1)[1] for mode, descs in disp.get_capture_descs() for d in descs)
+    return {"graphs": graphs_out, "dispatch": dispatch, "mixed": mixed.name}
+
+
 def check(model: str) -> dict:
-    return {name: table(manager(model, policy)) for name, policy in POLICIES.items()}
+    return {"v2": {name: table(manager(config(model, policy))) for name, policy in POLICIES.items()},
+            "v1": {name: v1_table(dispatcher(config(model, policy))) for name, policy in POLICIES.items()}}

@@ -1,8 +1,9 @@
-"""vLLM 0.27.1's model runner v2 CUDA graph manager, patched, built on CPU from our
-wheel for each draft-depth policy (tests/engine/graph_check.py, run by checks.py): a full decode
-graph for every depth the policy verifies, and every uniform batch that vLLM's
-own 1+K graphs cover (its capture sizes, rounded per length, may leave a
-request count without one) finds a graph of its own length."""
+"""vLLM 0.27.1's CUDA graph tables, patched, built on CPU from our wheel for each
+draft-depth policy (tests/engine/graph_check.py, run by checks.py): model runner v2's
+graph manager and model runner v1's dispatcher each have a full decode graph for
+every depth the policy verifies, and every uniform batch that vLLM's own 1+K
+graphs cover (its capture sizes, rounded per length, may leave a request count
+without one) finds a graph of its own length."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ pytestmark = [pytest.mark.network, pytest.mark.slow]
 LENGTHS = {"fixed": (3,), "phase 1/2": (2, 3), "phase 0/2": (1, 3), "adaptive": (1, 2, 3)}
 
 
-@pytest.fixture(scope="module")
-def tables(engine_checks: dict) -> dict:
-    return dict(engine_checks["graphs"])
+@pytest.fixture(scope="module", params=["v2", "v1"])
+def tables(request: pytest.FixtureRequest, engine_checks: dict) -> dict:
+    """One model runner's tables, by policy."""
+    return dict(engine_checks["graphs"][request.param])
 
 
 @pytest.mark.parametrize("policy", list(LENGTHS))

@@ -81,7 +81,7 @@ def test_fork_scheduler_verifies_one_depth_per_batch(fork_checks: dict) -> None:
 @pytest.mark.network
 def test_fork_graph_manager_has_a_graph_for_every_depth(fork_checks: dict) -> None:
     """The fork's model runner v2 graph manager, built on CPU for each policy."""
-    out = fork_checks["graphs"]
+    out = fork_checks["graphs"]["v2"]
     assert out["fixed"]["graphs"] == ["t12:r4:q3", "t3:r1:q3", "t6:r2:q3", "t9:r3:q3"]  # vLLM's own sizes
     # every depth at the fork's exact request counts (it keeps 1..32 unpadded)
     assert out["phase 0/2"]["graphs"] == sorted(f"t{q * r}:r{r}:q{q}" for q in (1, 3) for r in (1, 2, 3, 4))
@@ -91,3 +91,20 @@ def test_fork_graph_manager_has_a_graph_for_every_depth(fork_checks: dict) -> No
             for reqs in (1, 2, 3, 4):
                 assert out[policy]["dispatch"][f"q{q}r{reqs}"] == f"FULL:t{q * reqs}:r{reqs}:q{q}", policy
         assert out[policy]["mixed"] == "NONE"  # non-uniform: eager, as in vLLM
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_fork_v1_dispatcher_has_a_graph_for_every_depth(fork_checks: dict) -> None:
+    """The fork's model runner v1 dispatcher (n-gram's runner), keys built on CPU
+    for each policy: the request counts of vLLM's own 1+K sizes at every depth."""
+    out = fork_checks["graphs"]["v1"]
+    assert out["fixed"]["graphs"] == ["t12:r4:q3", "t3:r1:q3", "t6:r2:q3", "t9:r3:q3"]
+    assert out["adaptive"]["graphs"] == sorted(f"t{q * r}:r{r}:q{q}" for q in (1, 2, 3) for r in (1, 2, 3, 4))
+    for policy, lengths in (("phase 1/2", (2, 3)), ("phase 0/2", (1, 3)), ("adaptive", (1, 2, 3))):
+        for q in lengths:
+            for reqs in (1, 2, 3, 4):
+                assert out[policy]["dispatch"][f"q{q}r{reqs}"] == f"FULL:t{q * reqs}:r{reqs}:q{q}", policy
+        assert out[policy]["mixed"] == "NONE"
+    # a length without graphs is a mixed batch, never padded into another length's graph
+    assert out["phase 1/2"]["dispatch"]["q1r2"].startswith("NONE")

@@ -18,6 +18,7 @@ tokens (query length 2) and 3 and 6 tokens (query length 3).
 """
 
 from collections.abc import Callable, Iterable
+from itertools import product
 from typing import Protocol, TypeVar
 
 from vllm.ds4x.draft_depth import DraftDepthConfig
@@ -29,9 +30,6 @@ logger = init_logger(__name__)
 class Descriptor(Protocol):
     @property
     def num_reqs(self) -> int | None: ...
-
-    @property
-    def uniform_token_count(self) -> int | None: ...
 
 
 D = TypeVar("D", bound=Descriptor)
@@ -62,19 +60,38 @@ class DecodeGraphs:
     each list ascending in requests; `find` pads a batch to the next captured
     request count of its own query length."""
 
-    def __init__(self, descriptors: Iterable[D]) -> None:
-        self.by_len: dict[tuple[int, int], list[D]] = {}
-        for desc in sorted(descriptors, key=lambda d: (d.uniform_token_count, d.num_reqs)):
-            key = (desc.uniform_token_count, getattr(desc, "num_active_loras", 0))
+    def __init__(self, descriptors: Iterable[D],
+                 query_len: Callable[[D], int | None] = lambda d: d.uniform_token_count) -> None:  # type: ignore[attr-defined]
+        self.by_len: dict[tuple[int | None, int], list[D]] = {}
+        for desc in sorted(descriptors, key=lambda d: d.num_reqs or 0):
+            key = (query_len(desc), getattr(desc, "num_active_loras", 0))
             self.by_len.setdefault(key, []).append(desc)
+        self.by_len = dict(sorted(self.by_len.items(), key=lambda item: (item[0][0] or 0, item[0][1])))
 
     @classmethod
     def build(cls, query_lens: Iterable[int], counts: Iterable[int], make: Callable[[int, int], D]) -> "DecodeGraphs":
         counts = list(counts)
         return cls(make(q, r) for q in sorted(set(query_lens)) for r in counts)
 
+    @classmethod
+    def for_dispatcher(cls, query_lens: Iterable[int], counts: Iterable[int],
+                       lora_cases: Iterable[int]) -> "DecodeGraphs":
+        """Model runner v1's keys: a uniform BatchDescriptor per query length,
+        request count and LoRA case, as its dispatcher makes them for 1 + K_max."""
+        from vllm.forward_context import BatchDescriptor
+
+        descriptors = (BatchDescriptor(num_tokens=q * r, num_reqs=r, uniform=True, has_lora=loras > 0,
+                                       num_active_loras=loras)
+                       for q, r, loras in product(set(query_lens), set(counts), set(lora_cases)))
+        return cls(descriptors, lambda d: d.num_tokens // d.num_reqs)
+
     def descriptors(self) -> list[D]:
         return [d for descs in self.by_len.values() for d in descs]
+
+    def query_len(self, max_query_len: int, default: int) -> int:
+        """Model runner v1: the query length a batch whose longest request has
+        max_query_len is uniform at (default: 1 + K_max, vLLM's own)."""
+        return max_query_len if any(q == max_query_len for q, _ in self.by_len) else default
 
     def find(self, num_reqs: int, uniform_token_count: int | None, num_active_loras: int = 0) -> D | None:
         for desc in self.by_len.get((uniform_token_count, num_active_loras), ()) if uniform_token_count else ():
