@@ -108,6 +108,24 @@ def test_expected_tokens() -> None:
     assert dd.expected_tokens([0.4, 0.4], 2) == pytest.approx(1.56)
 
 
+def test_batched_acceptance_update() -> None:
+    """One verification moves each position it reached by `smoothing`; a batch of
+    n alike is exactly n of them; a position never reached fades its weight."""
+    one = dd.Acceptance([0.5, 0.5], 0.1)
+    one.observe_outcomes([0] * 7 + [1, 0])  # drafted 2, accepted 1: code 2 * 3 + 1
+    assert one.rates == pytest.approx([0.55, 0.45])
+    batch = dd.Acceptance([0.5, 0.5], 0.1)
+    outcomes = [0] * 9
+    outcomes[2 * 3 + 2] = 7  # drafted 2, both accepted, 7 times
+    batch.observe_outcomes(outcomes)
+    assert batch.rates == pytest.approx([1 - 0.5 * 0.9**7] * 2)
+    assert outcomes == [0] * 9  # consumed
+    shallow = dd.Acceptance([0.5, 0.5], 0.1)
+    shallow.observe_outcomes([0, 0, 0, 5, 0, 0, 0, 0, 0])  # drafted 1, rejected, 5 times: position 2 unseen
+    assert shallow.rates[1] == 0.5 and shallow.weights[1] == pytest.approx(0.9**5)
+    assert shallow.estimate()[1] == pytest.approx(0.9**5 * 0.5 + (1 - 0.9**5) * shallow.rates[0])
+
+
 CPU_COST = [1.0, 1.75, 2.44]  # DESIGN.md: lk_moe cost by tokens verified
 
 

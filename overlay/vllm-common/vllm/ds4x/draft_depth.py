@@ -62,7 +62,8 @@ class DraftDepthConfig:
     hysteresis: float = 0.01
     """adaptive: switch only for more than this fraction of expected gain."""
     hold_steps: int = 4
-    """adaptive: verifications between two switches of one request."""
+    """adaptive: verifications between two decisions of one request; its
+    acceptance estimate takes them in at once, then."""
     probe_interval: int = 8
     """adaptive: at depth 0 nothing is verified, so every this many steps one
     draft is verified to keep the acceptance estimate current."""
@@ -219,16 +220,33 @@ class Acceptance:
     smoothing: float
     weights: list[float] = field(default_factory=list)
 
-    def observe(self, drafted: int, accepted: int) -> None:
+    def observe_outcomes(self, outcomes: list[int]) -> None:
+        """A batch of verifications, ``outcomes[drafted * (K_max + 1) + accepted]``
+        counting each (then reset to 0), in one pass: each verification moves the
+        rate of every position it observed (up to the first rejection) by
+        ``smoothing`` toward accepted or not, and fades the weight of the
+        positions it did not reach; the order within the batch is not kept."""
+        k = len(self.rates)
+        seen, hits, total = [0] * k, [0] * k, 0
+        for code, n in enumerate(outcomes):
+            if n:
+                drafted, accepted = divmod(code, k + 1)
+                total += n
+                for position in range(accepted + 1 if accepted < drafted else drafted):
+                    seen[position] += n
+                    hits[position] += n * (position < accepted)
+                outcomes[code] = 0
         if not self.weights:
-            self.weights = [1.0] * len(self.rates)
-        rates, weights, a = self.rates, self.weights, self.smoothing
-        observed = accepted + 1 if accepted < drafted else drafted
-        for position in range(observed):
-            rates[position] += a * ((position < accepted) - rates[position])
-            weights[position] += a * (1.0 - weights[position])
-        for position in range(observed, len(rates)):
-            weights[position] *= 1.0 - a
+            self.weights = [1.0] * k
+        keep = 1.0 - self.smoothing
+        rates, weights = self.rates, self.weights
+        for position in range(k):
+            if seen[position]:
+                decay = keep ** seen[position]
+                rates[position] += (1.0 - decay) * (hits[position] / seen[position] - rates[position])
+                weights[position] = 1.0 - (1.0 - weights[position]) * decay
+            if total > seen[position]:
+                weights[position] *= keep ** (total - seen[position])
 
     def estimate(self) -> list[float]:
         out: list[float] = []
@@ -252,6 +270,7 @@ class StepCosts:
     last_seen: dict[int, int] = field(default_factory=dict)
     clock: int = 0
     _relative: list[float] | None = None
+    _unmeasured: list[int] | None = None
 
     def observe(self, tokens: int, seconds: float) -> None:
         kept = self.samples.setdefault(tokens, [])
@@ -259,7 +278,7 @@ class StepCosts:
         del kept[: -self.window]
         self.clock += 1
         self.last_seen[tokens] = self.clock
-        self._relative = None
+        self._relative = self._unmeasured = None
 
     @property
     def seen(self) -> dict[int, float]:
@@ -275,24 +294,43 @@ class StepCosts:
 
     def unmeasured(self) -> list[int]:
         """Lengths with too few timings, or none lately."""
-        return [t for t in range(1, len(self.prior) + 1)
-                if len(self.samples.get(t, ())) < self.min_samples or self.clock - self.last_seen[t] > self.stale_after]
+        if self._unmeasured is None:
+            self._unmeasured = [
+                t for t in range(1, len(self.prior) + 1)
+                if len(self.samples.get(t, ())) < self.min_samples or self.clock - self.last_seen[t] > self.stale_after
+            ]
+        return self._unmeasured
 
 
 def best_depth(acceptance: Sequence[float], costs: Sequence[float],
                candidates: Sequence[int]) -> tuple[int, list[float]]:
-    """The depth with most expected tokens per unit of step cost, and all rates."""
-    rates = [expected_tokens(acceptance, d) / costs[d] for d in range(len(costs))]
-    return max(candidates, key=lambda d: (rates[d], -d)), rates
+    """The depth with most expected tokens per unit of step cost (the shallower
+    on a tie; candidates ascending), and the rate of every depth."""
+    rates, total, survive = [1.0 / costs[0]], 1.0, 1.0
+    for depth in range(1, len(costs)):
+        survive *= acceptance[depth - 1]
+        total += survive
+        rates.append(total / costs[depth])
+    best = candidates[0]
+    for depth in candidates:
+        if rates[depth] > rates[best]:
+            best = depth
+    return best, rates
 
 
-@dataclass
+@dataclass(eq=False, slots=True)
 class RequestState:
     phase: str
     override: int | None
     depth: int
     acceptance: dict[str, Acceptance]
-    since_decision: int = 0
+    outcomes: list[int]
+    """adaptive: verifications not yet in the estimate, by drafted * (K_max + 1) + accepted"""
+    pending: int = 0
+    """adaptive: how many; applied and decided on every hold_steps"""
+    slot: int = 0
+    """phase and depth as one index, ((phase is answer) * (K_max + 1) + depth) * (K_max + 1) ** 2,
+    a base for per-step tallies by drafted * (K_max + 1) + accepted (set_depth keeps it)"""
     unverified_steps: int = 0
     exploring: bool = False
 
@@ -318,6 +356,7 @@ class DepthPolicy:
         self.requests: dict[str, RequestState] = {}
         self.explore_left = config.explore_steps
         self.verifications = 0
+        self._adaptive, self._k1 = config.policy == "adaptive", k_max + 1
 
     def phase_depth(self, phase: str) -> int:
         if self.config.policy == "phase":
@@ -330,8 +369,9 @@ class DepthPolicy:
             override=request_depth(extra_args, self.k_max),
             depth=self.k_max,
             acceptance={p: Acceptance(list(a.estimate()), self.config.smoothing) for p, a in self.seed.items()},
+            outcomes=[0] * (self.k_max + 1) ** 2,
         )
-        state.depth = self._decide(state, force=True)
+        self.set_depth(state, self._decide(state, force=True))
         self.requests[request_id] = state
         return state
 
@@ -340,6 +380,7 @@ class DepthPolicy:
         state = self.requests.pop(request_id, None)
         if state is None or self.config.policy != "adaptive":
             return
+        self._apply(state)
         for phase, seed in self.seed.items():
             mine = state.acceptance[phase].rates
             seed.rates = [s + 0.25 * (m - s) for s, m in zip(seed.rates, mine)]
@@ -356,16 +397,18 @@ class DepthPolicy:
         of an exploring step, and the probe at depth 0."""
         if state.exploring:
             state.exploring = False
-            state.depth = self._decide(state, force=True)
+            self.set_depth(state, self._decide(state, force=True))
         if self.tracker is not None and not self.tracker.last_tokens.isdisjoint(new):
             phase = self.tracker.feed(state.phase, history, len(new))
             if phase != state.phase:
+                self._apply(state)  # what it verified belongs to the phase it leaves
                 state.phase = phase
-                state.depth = self._decide(state, force=True)
+                self.set_depth(state, self._decide(state, force=True))
         if state.depth == 0 and state.override is None and self.config.policy == "adaptive":
             state.unverified_steps += 1
             if state.unverified_steps >= self.config.probe_interval:
-                state.depth, state.unverified_steps = 1, 0
+                self.set_depth(state, 1)
+                state.unverified_steps = 0
 
     def on_verified(self, request_id: str, drafted: int, accepted: int) -> None:
         state = self.requests.get(request_id)
@@ -373,15 +416,29 @@ class DepthPolicy:
             self.verified(state, drafted, accepted)
 
     def verified(self, state: RequestState, drafted: int, accepted: int) -> None:
-        if drafted <= 0 or self.config.policy != "adaptive":
+        """Counted in the request's outcomes; every hold_steps verifications they
+        go into its estimate at once and it decides (one pass, not one per step)."""
+        if drafted <= 0 or not self._adaptive:
             return
-        state.acceptance[state.phase].observe(drafted, accepted)
-        state.since_decision += 1
-        self.verifications += 1
-        if self.verifications % 16 == 0 and self.explore_left < self.config.explore_steps:
-            self.explore_left += 1
-        if state.since_decision >= self.config.hold_steps:  # decide every hold_steps verifications
-            state.depth = self._decide(state)
+        state.outcomes[drafted * self._k1 + accepted] += 1
+        state.pending += 1
+        if state.pending >= self.config.hold_steps:
+            self._apply(state)
+            self.set_depth(state, self._decide(state))
+
+    def set_depth(self, state: RequestState, depth: int) -> None:
+        state.depth = depth
+        state.slot = ((state.phase == ANSWER) * self._k1 + depth) * self._k1 * self._k1
+
+    def _apply(self, state: RequestState) -> None:
+        """Pending verifications into the estimate of the request's phase."""
+        if not state.pending:
+            return
+        state.acceptance[state.phase].observe_outcomes(state.outcomes)
+        refills = (self.verifications + state.pending) // 16 - self.verifications // 16
+        self.verifications += state.pending
+        self.explore_left = min(self.config.explore_steps, self.explore_left + refills)
+        state.pending = 0
 
     def depth(self, request_id: str) -> int:
         state = self.requests.get(request_id)
@@ -401,10 +458,8 @@ class DepthPolicy:
             self.explore_left -= 1
             state.exploring = True
             return untimed[0]
-        costs = self.costs.relative()
-        best, rates = best_depth(state.acceptance[state.phase].estimate(), costs, self.choices)
+        best, rates = best_depth(state.acceptance[state.phase].estimate(), self.costs.relative(), self.choices)
         current = state.depth
-        state.since_decision = 0
         if not force and rates[best] <= rates[current] * (1 + self.config.hysteresis):
             return current
         return best

@@ -9,9 +9,9 @@ so it keeps a full CUDA graph. KV lookahead stays reserved for K_max.
 """
 
 import time
-from collections import Counter
+from collections import defaultdict
 
-from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig, PhaseTracker
+from vllm.ds4x.draft_depth import ANSWER, REASONING, DepthPolicy, DraftDepthConfig, PhaseTracker
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
 
@@ -50,10 +50,13 @@ class DraftDepthScheduling:
     def __init__(self, policy: DepthPolicy) -> None:
         self.policy = policy
         self._adaptive = policy.config.policy == "adaptive"
-        self._markers = policy.tracker.last_tokens if policy.tracker else frozenset()
+        self._no_marker = (policy.tracker.last_tokens if policy.tracker else frozenset()).isdisjoint
         # fixed without graph_depths: every batch verifies K_max, nothing to cut
         self._cuts = any(d < policy.k_max for d in policy.batch_depth)
-        self._verified: list[tuple[str, int, int, int]] = []  # this step: (phase, chosen, drafted, accepted)
+        self._full = policy.batch_depth.index(policy.k_max)  # the lowest choice that verifies K_max
+        # this step's verifications by RequestState.slot (phase, chosen) + drafted * (K_max + 1) + accepted
+        self._verified: defaultdict[int, int] = defaultdict(int)
+        self._k1 = policy.k_max + 1
         self._stats = None
         self._previous: frozenset[str] = frozenset()
         self._step_end: float | None = None
@@ -93,35 +96,47 @@ class DraftDepthScheduling:
         keeps its shorter list."""
         if not self._cuts:
             return
-        state = self._state
-        chosen = max((state(request).depth for request in running if request.spec_token_ids), default=None)
-        if chosen is None:
+        chosen, full = -1, self._full
+        for request in running:
+            if request.spec_token_ids:
+                try:
+                    depth = request.ds4x_depth_state.depth
+                except AttributeError:
+                    depth = self._state(request).depth
+                if depth >= full:  # the batch verifies K_max: nothing to cut
+                    return
+                chosen = max(chosen, depth)
+        if chosen < 0:
             return
         depth = self.policy.batch_depth[chosen]
-        if depth == self.policy.k_max:
-            return
         for request in running:
             if len(request.spec_token_ids) > depth:
                 request.spec_token_ids = request.spec_token_ids[:depth]
 
-    def on_verified(self, request, drafted: int, accepted: int, stats) -> None:
-        if stats is None and not self._adaptive:
-            return
-        state = self._state(request)
-        if stats is not None:  # as scheduled (async: the depth may be a step newer)
-            if stats is not self._stats:  # a step that ended without on_step_end: its own stats
-                self._tally()
-                self._stats = stats
-            self._verified.append((state.phase, state.depth, drafted, accepted))
-        if self._adaptive:
-            self.policy.verified(state, drafted, accepted)
-
-    def on_tokens(self, request, new_token_ids: list[int]) -> None:
-        if self._adaptive:
-            if new_token_ids:
-                self.policy.tokens(self._state(request), new_token_ids, request.all_token_ids)
-        elif not self._markers.isdisjoint(new_token_ids):
-            self.policy.tokens(self._state(request), new_token_ids, request.all_token_ids)
+    def on_output(self, request, new_token_ids: list[int], drafted: int, accepted: int, stats) -> None:
+        """A request's step: the drafts it verified (none: 0) and its new tokens.
+        The common case, fixed or phase with no marker among the tokens, is a
+        set test and a list append."""
+        adaptive = self._adaptive
+        if drafted and (stats is not None or adaptive):
+            try:
+                state = request.ds4x_depth_state
+            except AttributeError:
+                state = self._state(request)
+            if stats is not None:  # as scheduled (async: the depth may be a step newer)
+                if stats is not self._stats:  # a step that ended without on_step_end: its own stats
+                    self._tally()
+                    self._stats = stats
+                self._verified[state.slot + drafted * self._k1 + accepted] += 1
+            if adaptive:
+                self.policy.verified(state, drafted, accepted)
+        if self._no_marker(new_token_ids):
+            if not adaptive or not new_token_ids:
+                return
+            state = self._state(request)
+            if state.depth and not state.exploring:  # nothing to count at this depth
+                return
+        self.policy.tokens(self._state(request), new_token_ids, request.all_token_ids)
 
     def forget(self, request_id: str) -> None:
         self.policy.forget(request_id)
@@ -132,14 +147,17 @@ class DraftDepthScheduling:
 
     def _tally(self) -> None:
         """The step's verifications into its spec-decode stats, once."""
-        stats, verified = self._stats, self._verified
-        self._stats, self._verified = None, []
-        if stats is None or not verified:
-            return
-        if stats.ds4x is None:
-            stats.ds4x = DepthStats()
-        for (phase, chosen, drafted, accepted), count in Counter(verified).items():
-            stats.ds4x.observe(phase, chosen, drafted, accepted, count)
+        stats, verified, k1 = self._stats, self._verified, self._k1
+        self._stats = None
+        if stats is not None and verified:
+            if stats.ds4x is None:
+                stats.ds4x = DepthStats()
+            for code, count in verified.items():
+                rest, accepted = divmod(code, k1)
+                slot, drafted = divmod(rest, k1)
+                answer, chosen = divmod(slot, k1)
+                stats.ds4x.observe(ANSWER if answer else REASONING, chosen, drafted, accepted, count)
+        verified.clear()
 
     def _time_step(self, scheduler_output) -> None:
         """Live step cost: wall time since the previous step ended, credited to
