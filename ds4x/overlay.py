@@ -55,8 +55,19 @@ def load_file(name: str, path: Path) -> ModuleType:
     return module
 
 
+PACKAGE = "ds4x_overlay"
+
+
 def load_module(relative: str) -> ModuleType:
     """One of our pure-Python overlay modules, straight from its file, so the
-    tool (plan) and the tests run the very code the wheels ship."""
+    tool (plan) and the tests run the very code the wheels ship. It is loaded
+    into a package spanning every overlay's vllm/ds4x folder, as `vllm.ds4x` is
+    in a built tree, so that its relative imports resolve."""
     path = OVERLAYS / relative
-    return load_file("ds4x_overlay_" + path.stem, path)
+    if not path.is_file():
+        raise InputError(f"overlay module {relative} not found under {OVERLAYS}")
+    if PACKAGE not in sys.modules:
+        package = ModuleType(PACKAGE)
+        package.__path__ = [str(folder) for folder in sorted(OVERLAYS.glob("*/vllm/ds4x"))]
+        sys.modules[PACKAGE] = package
+    return importlib.import_module(f"{PACKAGE}.{path.stem}")

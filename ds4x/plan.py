@@ -25,6 +25,10 @@ def placement_module() -> ModuleType:
     return load_module("lvllmds4-x/vllm/ds4x/moe_placement.py")
 
 
+def measure_module() -> ModuleType:
+    return load_module("lvllmds4-x/vllm/ds4x/measure.py")
+
+
 def size(text: str) -> int:
     """`32`, `32GiB`, `31.5 GB`: bytes (a bare number is GiB)."""
     found = _SIZE.fullmatch(text.strip())
@@ -50,6 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--routing-stats", type=Path, help='JSON {"<layer>": [count per expert, ...]} to rank layers')
     p.add_argument("--plot", type=Path, help="write a PNG of the decode ceiling against resident layers")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--measure", action="store_true",
+                   help="time lk_moe on this machine instead: cost curve per LK_THREADS, tok/s per draft-depth "
+                        "policy, a step-cost profile for the adaptive policy (options below)")
+    measure_module().add_arguments(p.add_argument_group("--measure"), shared=False)
 
 
 def _load_json(path: Path, what: str) -> dict[str, Any]:
@@ -125,7 +133,19 @@ def plot(path: Path, ceiling: list[float], fits: int) -> None:
     fig.savefig(path, dpi=120)
 
 
+def measure(args: argparse.Namespace) -> int:
+    if args.json:
+        raise InputError("--json does not apply to --measure", "read the profile it writes (--profile-out), JSON")
+    module = measure_module()
+    try:
+        return int(module.main(args))
+    except module.MeasureError as e:
+        raise Ds4xError(str(e), exit_code=e.exit_code) from None
+
+
 def main(args: argparse.Namespace) -> int:
+    if args.measure:
+        return measure(args)
     result = compute(args)
     if args.json:
         plan, choice = result["budget"], result["choice"]

@@ -52,6 +52,22 @@ def test_patched_envs_hooks(patched_fork: Path) -> None:
     assert out["drafts_on_gpu=False"]["model.layers.43.ffn.experts"] == [False, True, True]
 
 
+@pytest.mark.slow
+@pytest.mark.network
+def test_python_m_vllm_ds4x_measure_in_the_fork(patched_fork: Path, engine_python: Path, lk_python: Path,
+                                                tmp_path: Path) -> None:
+    """The fork's own `python -m vllm.ds4x measure`, lk_moe timed in a Python 3.12 worker."""
+    from tests.integration.test_measure import config
+
+    env = {**os.environ, "PYTHONPATH": str(patched_fork)}
+    done = subprocess.run([engine_python, "-m", "vllm.ds4x", "measure", "--config", config(tmp_path), "--python",
+                           lk_python, "--threads", "1", "--budget", "2"], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "curve at LK_THREADS=1 (cpu_prefill)" in done.stdout
+    assert json.loads((tmp_path / "ds4x-step-cost.json").read_text())["draft_depth"]["policy"] == "adaptive"
+
+
 @pytest.fixture(scope="module")
 def fork_checks(patched_fork: Path, engine_python: Path, tiny_model: Path) -> dict:
     """tests/engine/checks.py on the patched fork's own scheduler and graph

@@ -25,6 +25,12 @@ def test_python_m_vllm_ds4x_prints_the_record(engine_python: Path, vllm_wheel: P
     assert [p["name"] for p in record["patches"]] == (ROOT / "patches/vllm/series").read_text().split()
 
 
+def test_measure_names_the_build_that_has_it(engine_python: Path) -> None:
+    """measure drives lk_moe, the fork's engine: the upstream vLLM wheel says so."""
+    done = subprocess.run([engine_python, "-m", "vllm.ds4x", "measure", "--help"], capture_output=True, text=True)
+    assert done.returncode == 1 and "measure needs the Lvllmds4-x build" in done.stderr
+
+
 def test_doctor_reports_libcudart_and_provenance(engine_python: Path, real_libcudart: Path) -> None:
     report = json.loads(run(engine_python, "build.py", "doctor", "--preload", str(real_libcudart)))
     assert report["cudart mappings"] == [str(real_libcudart)]

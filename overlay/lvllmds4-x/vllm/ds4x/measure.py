@@ -1,0 +1,371 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""This machine's CPU MoE cost curve, its thread check and draft-depth advice,
+before the first request: ``python -m vllm.ds4x measure`` (from a checkout:
+``python build.py plan --measure``), run on the machine that will serve.
+
+One routed-expert layer of the model's shape (config.json) in its expert format
+is built through lk_moe (MXFP4 for FP4 experts, as the fork builds them; BF16
+when asked), and calls with fresh random routing are timed for 1..K+1 verified
+tokens per request and 1..max_num_seqs requests: through ``cpu_decode`` on a
+CUDA stream where a GPU is present, ``cpu_prefill`` otherwise. Every LK_THREADS
+value runs in a process of its own (lk_moe reads it once). From the curve at the
+best thread count: tok/s per phase of fixed 0..K, phase and adaptive (the
+simulation of depth_sim), and a profile whose step costs the adaptive policy
+starts from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FORMATS = {"fp4": "mxfp4", "bf16": "bf16"}  # expert dtype of the config -> lk_moe class
+GROUP = 32  # MXFP4: one e8m0 scale per 32 weights along K
+SLOWDOWN = 1.5  # a thread count this much slower than the best is worth a warning
+DEFAULT_GPU_MS = 28.5  # the GPU side of DeepSeek-V4-Flash's K=2 step on an RTX 5090 (153.5 - 125.0 ms reported)
+
+
+class MeasureError(Exception):
+    """Bad input (exit 2), or a machine that cannot run the measurement (exit 1);
+    the message names the input and the fix."""
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# ---- the worker: one process per LK_THREADS value, lk_moe imported only here
+
+
+def _layer(spec: dict):
+    """lk_moe's engine over one random layer, and the arrays it reads."""
+    import lk_moe
+    import numpy as np
+
+    experts, top_k, hidden, inter = spec["experts"], spec["top_k"], spec["hidden"], spec["inter"]
+    cfg = lk_moe.MOEConfigV2()  # the fields Lvllmds4-x's routed_experts.py sets
+    cfg.num_processes, cfg.process_id, cfg.gpu_id = 1, 0, 0
+    cfg.has_gate_proj = True
+    cfg.expert_num, cfg.top_k = experts, top_k
+    cfg.hidden_size, cfg.intermediate_size = hidden, inter
+    cfg.max_batch_size = cfg.max_num_seqs = cfg.group_max_len = spec["max_tokens"]
+    cfg.stride, cfg.group_min_len = 32, 10
+    cfg.activation_type = 0  # silu
+    cfg.use_gpu_prefill = False
+    rng = np.random.default_rng(0)
+
+    def filled(shape: tuple[int, ...], one_expert: np.ndarray) -> np.ndarray:
+        """Every expert a copy of one random expert: each page is written (a
+        never-written page reads as zeros from no memory at all)."""
+        out = np.empty(shape, one_expert.dtype)
+        out[:] = one_expert
+        return out
+
+    if spec["format"] == "mxfp4":  # packed e2m1 pairs, e8m0 scales (127 = 1.0), as the fork passes them
+        cfg.groupN, cfg.groupK = 1, GROUP
+        w13 = filled((experts, 2 * inter, hidden // 2), rng.integers(0, 256, (2 * inter, hidden // 2), np.uint8))
+        w2 = filled((experts, hidden, inter // 2), rng.integers(0, 256, (hidden, inter // 2), np.uint8))
+        s13 = np.full((experts, 2 * inter, hidden // GROUP), 127, np.uint8)
+        s2 = np.full((experts, hidden, inter // GROUP), 127, np.uint8)
+        moe = lk_moe.MOE_MXFP4(cfg, w13.ctypes.data, w2.ctypes.data, s13.ctypes.data, s2.ctypes.data, 0, 0)
+        return moe, (w13, w2, s13, s2)
+
+    def bf16(shape: tuple[int, ...], scale: float) -> np.ndarray:
+        values = rng.standard_normal(shape, np.float32) * scale
+        return (values.view(np.uint32) >> 16).astype(np.uint16)  # bf16 bits
+
+    w13 = filled((experts, 2 * inter, hidden), bf16((2 * inter, hidden), hidden**-0.5))
+    w2 = filled((experts, hidden, inter), bf16((hidden, inter), inter**-0.5))
+    moe = lk_moe.MOE_BF16(cfg, w13.ctypes.data, w2.ctypes.data, 0, 0, 0, 0)
+    return moe, (w13, w2)
+
+
+def _caller(moe, spec: dict, tokens: int):
+    """One layer call for `tokens` tokens routed by ids (int32 [tokens, top_k]):
+    cpu_decode on a CUDA stream with inputs on the GPU, as inside the engine's
+    graphs, when torch sees a GPU; cpu_prefill on host buffers otherwise."""
+    import numpy as np
+
+    hidden, top_k = spec["hidden"], spec["top_k"]
+    weights = np.full((tokens, top_k), 1 / top_k, np.float32)
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    if not gpu:
+        x = np.zeros((tokens, hidden), np.uint16)
+        out = np.empty((tokens, hidden), np.float32)
+
+        def prefill(ids: np.ndarray) -> None:
+            moe.cpu_prefill(tokens, top_k, ids.ctypes.data, weights.ctypes.data, x.ctypes.data, out.ctypes.data)
+
+        return "cpu_prefill", prefill, lambda ids: ids
+    x_gpu = torch.randn(tokens, hidden, device="cuda").bfloat16()
+    w_gpu = torch.from_numpy(weights).cuda()
+    out_gpu = torch.empty(spec["max_tokens"], hidden, device="cuda")
+    stream = torch.cuda.Stream()
+
+    def decode(ids_gpu) -> None:
+        moe.cpu_decode(stream.cuda_stream, tokens, top_k, x_gpu.data_ptr(), ids_gpu.data_ptr(), w_gpu.data_ptr(),
+                       out_gpu.data_ptr())
+        stream.synchronize()
+
+    return "cpu_decode", decode, lambda ids: torch.from_numpy(ids).cuda()
+
+
+def worker(spec: dict) -> dict:
+    """Median ms per layer call and mean distinct experts for each token count,
+    each within its share of the time budget (at least 3 calls)."""
+    import numpy as np
+
+    moe, _arrays = _layer(spec)
+    rng = np.random.default_rng(1)
+    experts, top_k = spec["experts"], spec["top_k"]
+    share = spec["budget_s"] / len(spec["tokens"])
+    cases, path = [], ""
+    for tokens in spec["tokens"]:
+        path, call, place = _caller(moe, spec, tokens)
+        samples, distinct = [], []
+        end = time.perf_counter() + share
+        while len(samples) < 3 or (time.perf_counter() < end and len(samples) < 500):
+            ids = np.argsort(rng.random((tokens, experts)), axis=1)[:, :top_k].astype(np.int32)
+            routed = place(ids)
+            start = time.perf_counter()
+            call(routed)
+            samples.append(time.perf_counter() - start)
+            distinct.append(len(np.unique(ids)))
+        timed = samples[1:]  # the first call warms up
+        cases.append({"tokens": tokens, "ms": 1000 * statistics.median(timed), "calls": len(timed),
+                      "distinct": statistics.fmean(distinct)})
+    return {"threads": int(os.environ.get("LK_THREADS", "0")), "path": path, "cases": cases}
+
+
+# ---- the driver
+
+
+def ram_read_gbs(nbytes: int = 1 << 30) -> float:
+    """RAM read bandwidth for reference: numpy sums over a buffer larger than
+    any cache, one slice per core in threads (numpy lets go of the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    data = np.ones(nbytes // 8, np.float64)
+    parts = np.array_split(data, os.cpu_count() or 1)
+    with ThreadPoolExecutor(len(parts)) as pool:
+        list(pool.map(np.sum, parts))  # warm
+        start = time.perf_counter()
+        list(pool.map(np.sum, parts))
+        return nbytes / (time.perf_counter() - start) / 1e9
+
+
+def available_ram() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def thread_counts(cores: int) -> list[int]:
+    """A few values up to the core count, the core count itself included (the trap)."""
+    return sorted({max(1, cores // 4), max(1, cores // 2), max(1, cores * 3 // 4), cores})
+
+
+def layer_spec(shape, fmt: str, k: int, max_num_seqs: int) -> dict:
+    if shape.hidden % GROUP or shape.moe_intermediate % GROUP:
+        raise MeasureError(f"hidden_size {shape.hidden} and moe_intermediate_size {shape.moe_intermediate} must be "
+                           f"multiples of {GROUP} for lk_moe's expert formats")
+    tokens = sorted({n * r for n in range(1, k + 2) for r in range(1, max_num_seqs + 1)})
+    return {"experts": shape.n_routed_experts, "top_k": shape.top_k, "hidden": shape.hidden,
+            "inter": shape.moe_intermediate, "format": fmt, "tokens": tokens, "max_tokens": max(tokens)}
+
+
+def layer_bytes(spec: dict) -> int:
+    params = spec["experts"] * 3 * spec["hidden"] * spec["inter"]
+    return params * 2 if spec["format"] == "bf16" else params // 2 + params // GROUP
+
+
+def run_workers(spec: dict, threads: list[int], budget_s: float, python: str) -> list[dict]:
+    from tqdm import tqdm
+
+    runs = []
+    for count in tqdm(threads, desc="LK_THREADS", unit="setting", disable=not sys.stderr.isatty()):
+        env = {**os.environ, "LK_THREADS": str(count)}
+        job = {**spec, "budget_s": budget_s / len(threads)}
+        done = subprocess.run([python, __file__, "--worker", json.dumps(job)], env=env, capture_output=True,
+                              text=True)
+        results = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode or not results:
+            tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+            if "No module named 'lk_moe'" in tail:
+                raise MeasureError(f"--python {python} has no lk_moe: give a Python 3.12 with lk-moe installed "
+                                   f"(cp312 wheels only)")
+            raise MeasureError(f"lk_moe with LK_THREADS={count} failed (exit {done.returncode}): {tail}", 1)
+        runs.append(json.loads(results[-1]))
+    return runs
+
+
+def thread_warnings(runs: list[dict]) -> tuple[dict, list[str]]:
+    """The fastest run at one token, and a warning for every much slower one."""
+    def one_token(run: dict) -> float:
+        return run["cases"][0]["ms"]
+
+    best = min(runs, key=one_token)
+    warnings = [f"LK_THREADS={run['threads']}: {one_token(run):.2f} ms a layer call, {one_token(run) / one_token(best):.1f}x "
+                f"the {one_token(best):.2f} ms of LK_THREADS={best['threads']}"
+                for run in runs if one_token(run) > SLOWDOWN * one_token(best)]
+    return best, warnings
+
+
+def curve_table(run: dict, spec: dict, moe_layers: int) -> list[str]:
+    expert_bytes = layer_bytes(spec) / spec["experts"]
+    lines = [f"{'tokens':>6} {'distinct experts':>17} {'ms/layer':>9} {'ms/step':>8} {'GB/s':>6}"]
+    for case in run["cases"]:
+        gbs = case["distinct"] * expert_bytes / (case["ms"] / 1000) / 1e9
+        lines.append(f"{case['tokens']:>6} {case['distinct']:17.1f} {case['ms']:9.2f} {case['ms'] * moe_layers:8.1f} {gbs:6.1f}")
+    return lines
+
+
+def step_seconds(run: dict, k: int, moe_layers: int, gpu_ms: float) -> list[float]:
+    """One request's step verifying 1..K+1 tokens: the measured CPU MoE part
+    for every MoE layer, plus the GPU side."""
+    by_tokens = {case["tokens"]: case["ms"] for case in run["cases"]}
+    return [(by_tokens[n] * moe_layers + gpu_ms) / 1000 for n in range(1, k + 2)]
+
+
+def plot(path: Path, runs: list[dict], moe_layers: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for run in runs:
+        ax.plot([c["tokens"] for c in run["cases"]], [c["ms"] * moe_layers for c in run["cases"]], marker=".",
+                label=f"LK_THREADS={run['threads']}")
+    ax.set_xlabel("tokens verified per step (all requests)")
+    ax.set_ylabel("CPU MoE ms per step")
+    ax.set_title(f"lk_moe {runs[0]['path']}, {moe_layers} MoE layers")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def add_arguments(p: argparse.ArgumentParser, shared: bool = True) -> None:
+    """shared: also --config, --max-num-seqs and --plot (plan has its own)."""
+    if shared:
+        p.add_argument("--config", type=Path, required=True, help="the model's config.json")
+        p.add_argument("--max-num-seqs", type=int, default=1, help="requests per batch to time (default 1)")
+        p.add_argument("--plot", type=Path, help="write a PNG of the curve per LK_THREADS")
+    p.add_argument("--format", choices=["auto", "mxfp4", "bf16"], default="auto",
+                   help="expert format (auto: the config's expert_dtype; fp4 -> mxfp4)")
+    p.add_argument("--num-speculative-tokens", "-k", type=int, default=2, help="K: draft depths 0..K (default 2)")
+    p.add_argument("--threads", type=int, nargs="+", help="LK_THREADS values (default: up to the core count)")
+    p.add_argument("--budget", type=float, default=90.0, help="seconds of timing in all (default 90)")
+    p.add_argument("--acceptance", type=float, nargs=2, metavar=("REASONING", "ANSWER"), default=(0.39, 0.89),
+                   help="draft acceptance per phase at depth K (default 0.39 0.89, DSpark K=2 as reported)")
+    p.add_argument("--gpu-ms", type=float, default=DEFAULT_GPU_MS,
+                   help=f"GPU side of a decode step in ms (default {DEFAULT_GPU_MS}: RTX 5090, DeepSeek-V4-Flash)")
+    p.add_argument("--profile-out", type=Path, default=Path("ds4x-step-cost.json"),
+                   help="where to write the step-cost profile (default ds4x-step-cost.json)")
+    p.add_argument("--python", default=sys.executable, help="the Python with lk_moe (default: this one)")
+
+
+def cli(argv: list[str]) -> int:
+    """`python -m vllm.ds4x measure ...`"""
+    parser = argparse.ArgumentParser(prog="python -m vllm.ds4x measure", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    try:
+        return main(parser.parse_args(argv))
+    except MeasureError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+
+
+def check(args: argparse.Namespace) -> None:
+    where = "measure"
+    if args.num_speculative_tokens < 1 or args.max_num_seqs < 1 or args.budget <= 0 or args.gpu_ms < 0:
+        raise MeasureError(f"{where}: -k and --max-num-seqs must be >= 1, --budget > 0, --gpu-ms >= 0")
+    if any(t < 1 for t in args.threads or ()):
+        raise MeasureError(f"{where}: --threads {args.threads}: every value must be >= 1")
+    if not all(0 < a < 1 for a in args.acceptance):
+        raise MeasureError(f"{where}: --acceptance {args.acceptance}: rates in (0, 1), e.g. 0.39 0.89")
+    if args.plot is not None:
+        if args.plot.suffix.lower() != ".png":
+            raise MeasureError(f"{where}: --plot {args.plot}: give a .png path")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise MeasureError(f"{where}: --plot needs matplotlib: pip install matplotlib") from None
+
+
+def main(args: argparse.Namespace) -> int:
+    from . import depth_sim
+    from .moe_placement import PlacementError, model_shape
+
+    check(args)
+    try:
+        config = json.loads(args.config.read_text(encoding="utf-8"))
+        shape = model_shape(config)
+    except (OSError, ValueError, KeyError, TypeError, PlacementError) as e:
+        raise MeasureError(f"--config {args.config}: {e}") from None
+    expert_dtype = str(config.get("expert_dtype", "fp4"))
+    fmt = FORMATS.get(expert_dtype) if args.format == "auto" else args.format
+    if fmt is None:
+        raise MeasureError(f"--config {args.config}: expert_dtype {expert_dtype!r} has no lk_moe measurement here; "
+                           f"pass --format mxfp4 or bf16")
+    k, moe_layers = args.num_speculative_tokens, len(shape.moe_layers)
+    spec = layer_spec(shape, fmt, k, args.max_num_seqs)
+    need, free = layer_bytes(spec), available_ram()
+    if free is not None and need > 0.9 * free:
+        raise MeasureError(f"one {fmt} layer of this shape needs {need / 2**30:.2f} GiB; {free / 2**30:.2f} GiB of RAM "
+                           f"is available (90% usable): free memory, or measure on the serving machine", 1)
+    threads = sorted(set(args.threads or thread_counts(os.cpu_count() or 1)))
+    print(f"lk_moe layer: {spec['experts']} experts, top-{spec['top_k']}, hidden {spec['hidden']}, intermediate "
+          f"{spec['inter']}, {fmt} ({need / 2**30:.2f} GiB); {moe_layers} MoE layers a step; "
+          f"LK_THREADS {threads}; {args.budget:.0f} s budget")
+    print(f"RAM read bandwidth (numpy, {os.cpu_count()} threads): {ram_read_gbs(min(1 << 30, (free or 1 << 32) // 4)):.1f} GB/s")
+    runs = run_workers(spec, threads, args.budget, args.python)
+    best, warnings = thread_warnings(runs)
+    for run in runs:
+        print(f"LK_THREADS={run['threads']}: {run['cases'][0]['ms']:.2f} ms a layer call at 1 token ({run['path']})")
+    for warning in warnings:
+        print(f"warning: {warning}; leave cores free (LK_THREADS={best['threads']})")
+    print(f"\ncurve at LK_THREADS={best['threads']} ({best['path']}):")
+    print("\n".join(curve_table(best, spec, moe_layers)))
+    acceptance = {"reasoning": args.acceptance[0], "answer": args.acceptance[1]}
+    seconds = step_seconds(best, k, moe_layers, args.gpu_ms)
+    results = depth_sim.compare(seconds, acceptance, {"reasoning": 3000, "answer": 800}, seeds=10)
+    print(f"\npredicted, one request, GPU side {args.gpu_ms} ms a step, acceptance "
+          f"{acceptance['reasoning']:.0%} reasoning / {acceptance['answer']:.0%} answer:")
+    print("\n".join(depth_sim.table(results)))
+    draft_depth = {"policy": "adaptive", "step_cost": [round(s / seconds[0], 4) for s in seconds]}
+    profile = {"draft_depth": draft_depth,
+               "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
+                            "step_seconds": seconds, "gpu_ms": args.gpu_ms, "acceptance": acceptance,
+                            "runs": runs, "predicted_tok_s": results}}
+    args.profile_out.write_text(json.dumps(profile, indent=2) + "\n")
+    print(f"\nprofile: {args.profile_out}; start adaptive from it with\n  --speculative-config "
+          f"'{json.dumps({'method': 'dspark', 'num_speculative_tokens': k, 'draft_depth': draft_depth})}'\n"
+          f"  and LK_THREADS={best['threads']}")
+    if args.plot:
+        plot(args.plot, runs, moe_layers)
+        print(f"plot: {args.plot}")
+    return 0
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
+    print(json.dumps(worker(json.loads(sys.argv[2]))), flush=True)

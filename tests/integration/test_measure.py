@@ -1,0 +1,105 @@
+"""`build.py plan --measure` end to end on CPU: lk_moe's MXFP4 engine (Python 3.12
+venv, the lk_python fixture) over a small layer through cpu_prefill, the thread
+sweep at 1 and 2 threads, the curve, the predictions, and a profile the adaptive
+policy starts from; refusals before anything is allocated."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ds4x.overlay import load_module
+
+pytestmark = [pytest.mark.network, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = {"num_hidden_layers": 4, "hidden_size": 512, "moe_intermediate_size": 256, "n_routed_experts": 16,
+         "num_experts_per_tok": 2, "vocab_size": 1000, "num_attention_heads": 4, "head_dim": 64,
+         "expert_dtype": "fp4"}
+
+
+def plan(*args: object, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, ROOT / "build.py", "plan", "--measure", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def config(tmp_path: Path, **changes: object) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**SMALL, **changes}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory, lk_python: Path) -> tuple[str, dict]:
+    tmp = tmp_path_factory.mktemp("measure")
+    done = plan("--config", config(tmp), "--python", lk_python, "--threads", 1, 2, "--budget", 6,
+                "--profile-out", tmp / "profile.json", cwd=tmp)
+    assert done.returncode == 0, done.stderr
+    return done.stdout, json.loads((tmp / "profile.json").read_text())
+
+
+def test_curve_grows_with_tokens_and_the_sweep_ran_both_thread_counts(measured: tuple[str, dict]) -> None:
+    out, profile = measured
+    runs = profile["measured"]["runs"]
+    assert [run["threads"] for run in runs] == [1, 2]
+    for run in runs:
+        assert run["path"] == "cpu_prefill"  # no GPU here
+        assert [case["tokens"] for case in run["cases"]] == [1, 2, 3]  # 1..K+1, one request
+        distinct = [case["distinct"] for case in run["cases"]]
+        assert distinct[0] == 2 and distinct[0] < distinct[1] < distinct[2] <= 6  # top-2, fresh routing
+    best = min(runs, key=lambda run: run["cases"][0]["ms"])
+    assert profile["measured"]["lk_threads"] == best["threads"]
+    ms = [case["ms"] for case in best["cases"]]
+    assert ms[2] > ms[0] and all(b >= 0.9 * a for a, b in zip(ms, ms[1:]))  # cost follows distinct experts
+    slow = [run for run in runs if run["cases"][0]["ms"] > 1.5 * best["cases"][0]["ms"]]
+    for run in slow:  # every jump is named with its numbers
+        assert f"warning: LK_THREADS={run['threads']}:" in out
+    assert ("warning:" in out) == bool(slow)
+    assert "curve at LK_THREADS" in out and "ms/step" in out
+    for policy in ("fixed 0", "fixed 1", "fixed 2", "phase 1/2", "phase 0/2", "adaptive"):
+        assert policy in profile["measured"]["predicted_tok_s"] and f"\n{policy} " in out
+
+
+def test_profile_is_what_the_adaptive_policy_starts_from(measured: tuple[str, dict]) -> None:
+    out, profile = measured
+    dd = load_module("vllm-common/vllm/ds4x/draft_depth.py")
+    config = dd.DraftDepthConfig.from_dict(profile["draft_depth"], 2)
+    policy = dd.DepthPolicy(config, 2, dd.PhaseTracker([[1]], [[2]]))
+    seconds = profile["measured"]["step_seconds"]
+    assert policy.costs.relative() == pytest.approx([s / seconds[0] for s in seconds], rel=1e-3)
+    assert json.dumps(profile["draft_depth"]) in out  # the --speculative-config it prints
+
+
+def test_bench_simulator_reads_the_profile(measured: tuple[str, dict], tmp_path: Path) -> None:
+    (tmp_path / "p.json").write_text(json.dumps(measured[1]))
+    done = subprocess.run([sys.executable, ROOT / "bench" / "depth_sim.py", "--profile", tmp_path / "p.json",
+                           "--seeds", "2", "--reasoning-tokens", "200", "--answer-tokens", "100"],
+                          capture_output=True, text=True, check=True)
+    assert "measured (p.json) profile" in done.stdout and "fixed 0" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "changes", "code", "message"),
+    [
+        (["--acceptance", "1.5", "0.9"], {}, 2, "--acceptance"),
+        (["--threads", "0"], {}, 2, "--threads [0]"),
+        (["-k", "0"], {}, 2, "-k and --max-num-seqs must be >= 1"),
+        (["--plot", "curve.svg"], {}, 2, "give a .png path"),
+        ([], {"expert_dtype": "fp8"}, 2, "expert_dtype 'fp8'"),
+        ([], {"hidden_size": 500}, 2, "multiples of 32"),
+        ([], {"n_routed_experts": 10**6, "hidden_size": 8192, "moe_intermediate_size": 4096}, 1, "of RAM is available"),
+    ],
+)
+def test_refused_before_measuring(tmp_path: Path, lk_python: Path, args: list[str], changes: dict, code: int,
+                                  message: str) -> None:
+    done = plan("--config", config(tmp_path, **changes), "--python", lk_python, *args, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (code, ""), done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_python_without_lk_moe_is_named(tmp_path: Path) -> None:
+    done = plan("--config", config(tmp_path), "--python", sys.executable, "--budget", 1, cwd=tmp_path)
+    assert done.returncode == 2 and f"--python {sys.executable} has no lk_moe" in done.stderr
