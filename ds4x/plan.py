@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import re
 from pathlib import Path
 from types import ModuleType
@@ -29,30 +31,73 @@ def measure_module() -> ModuleType:
     return load_module("lvllmds4-x/vllm/ds4x/measure.py")
 
 
+KV_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "fp8_e5m2", "auto", "bf16", "bfloat16")
+_MAX_TEXT = 40  # longer values are cut in messages
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "...")
+
+
 def size(text: str) -> int:
     """`32`, `32GiB`, `31.5 GB`: bytes (a bare number is GiB)."""
-    found = _SIZE.fullmatch(text.strip())
+    found = _SIZE.fullmatch(text.strip()) if len(text) <= _MAX_TEXT else None
     if not found:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 32GiB or 31.5GB")
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a size like 32GiB or 31.5GB")
     return int(float(found[1]) * _UNITS[found[2].lower() if found[2] else None])
+
+
+def count(low: int) -> Any:
+    """An integer option of at least `low` (argparse type)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text) if len(text) <= _MAX_TEXT else None
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"{_shown(text)}: expected an integer >= {low}")
+        return value
+    return parse
+
+
+def fraction(text: str) -> float:
+    """gpu_memory_utilization: in (0, 1]."""
+    try:
+        value = float(text) if len(text) <= _MAX_TEXT else None
+    except ValueError:
+        value = None
+    if value is None or not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: expected a fraction in (0, 1], e.g. 0.92")
+    return value
+
+
+def png(text: str) -> Path:
+    """A PNG path whose folder exists and can be written."""
+    path = Path(text)
+    if path.suffix.lower() != ".png":
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: expected a .png path")
+    folder = path.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: folder {folder} does not exist or is not writable")
+    return path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=EXAMPLE, help="model config.json (default: DeepSeek-V4-Flash example)")
     p.add_argument("--gpu-mem", type=size, default=size("32GiB"), help="memory of one GPU (default: 32GiB, RTX 5090)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.92, help="vLLM's setting (default: 0.92)")
-    p.add_argument("--max-model-len", type=int, default=1048576, help="tokens (default: 1048576)")
-    p.add_argument("--kv-cache-dtype", default="fp8_ds_mla", help="fp8_ds_mla (default), fp8 or auto")
-    p.add_argument("--max-num-seqs", type=int, default=1, help="requests whose KV must fit (default: 1)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
-    p.add_argument("--pp", type=int, default=1, help="pipeline-parallel size")
-    p.add_argument("--draft-layers", type=int, help="MTP/DSpark layers (default: from the config; DSpark: 3)")
+    p.add_argument("--gpu-memory-utilization", type=fraction, default=0.92, help="vLLM's setting (default: 0.92)")
+    p.add_argument("--max-model-len", type=count(1), default=1048576, help="tokens (default: 1048576)")
+    p.add_argument("--kv-cache-dtype", default="fp8_ds_mla", choices=KV_DTYPES, help="default: fp8_ds_mla")
+    p.add_argument("--max-num-seqs", type=count(1), default=1, help="requests whose KV must fit (default: 1)")
+    p.add_argument("--tp", type=count(1), default=1, help="tensor-parallel size")
+    p.add_argument("--pp", type=count(1), default=1, help="pipeline-parallel size")
+    p.add_argument("--draft-layers", type=count(0), help="MTP/DSpark layers (default: from the config; DSpark: 3)")
     p.add_argument("--cpu-draft-layers", action="store_true", help="keep draft layers on the CPU")
     p.add_argument("--reserve", type=size, default=size("1.5GiB"), help="activations, CUDA graphs (default: 1.5GiB)")
     p.add_argument("--ram-bandwidth", type=size, default=size("89.6GB"), help="bytes/s (default: 89.6GB, DDR5-5600 x2)")
-    p.add_argument("--verify-tokens", type=int, default=1, help="tokens per decode step (1 + draft depth)")
+    p.add_argument("--verify-tokens", type=count(1), default=1, help="tokens per decode step (1 + draft depth)")
     p.add_argument("--routing-stats", type=Path, help='JSON {"<layer>": [count per expert, ...]} to rank layers')
-    p.add_argument("--plot", type=Path, help="write a PNG of the decode ceiling against resident layers")
+    p.add_argument("--plot", type=png, help="write a PNG of the decode ceiling against resident layers")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--measure", action="store_true",
                    help="time lk_moe on this machine instead: cost curve per LK_THREADS, tok/s per draft-depth "
@@ -62,11 +107,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _load_json(path: Path, what: str) -> dict[str, Any]:
     try:
-        return dict(json.loads(path.read_text(encoding="utf-8")))
+        found = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{what} {path}: not found") from None
-    except ValueError as e:
+    except (OSError, ValueError) as e:
         raise InputError(f"{what} {path}: {e}", "give a JSON file") from None
+    if not isinstance(found, dict):
+        raise InputError(f"{what} {path}: a JSON {type(found).__name__}, not an object", "give a config.json")
+    return found
 
 
 def compute(args: argparse.Namespace) -> dict[str, Any]:
@@ -82,8 +130,9 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
                          max_num_seqs=args.max_num_seqs, tp_size=args.tp, pp_size=args.pp,
                          reserve_bytes=args.reserve, draft_resident=not args.cpu_draft_layers)
         choice = mp.choose_auto(shape, max(plan.for_resident_layers, 0), args.tp, args.verify_tokens, routing)
-    except (mp.PlacementError, KeyError) as e:
-        raise InputError(f"{args.config}: {e}", "check the config.json and the plan options") from None
+    except (mp.PlacementError, KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        problem = f"missing field {e}" if isinstance(e, KeyError) else str(e)[:200]
+        raise InputError(f"{args.config}: {problem}", "check the config.json and the plan options") from None
     ceiling = [mp.decode_ceiling(shape, n, args.ram_bandwidth, args.verify_tokens) for n in range(len(shape.moe_layers) + 1)]
     return {
         "shape": shape, "budget": plan, "choice": choice, "ceiling": ceiling, "mp": mp,
@@ -143,20 +192,34 @@ def measure(args: argparse.Namespace) -> int:
         raise Ds4xError(str(e), exit_code=e.exit_code) from None
 
 
+def _finite(value: float) -> float | None:
+    """JSON has no Infinity: an unbounded ceiling (no expert left on the CPU) is null."""
+    return value if math.isfinite(value) else None
+
+
 def main(args: argparse.Namespace) -> int:
     if args.measure:
         return measure(args)
     result = compute(args)
+    plan, choice = result["budget"], result["choice"]
     if args.json:
-        plan, choice = result["budget"], result["choice"]
         print(json.dumps({"usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
                           "reserve": plan.reserve, "draft_layers": plan.draft_layers,
-                          "for_resident_layers": plan.for_resident_layers, "resident": list(choice.layers),
-                          "ceiling_all_cpu": result["ceiling"][0],
-                          "ceiling_resident": result["ceiling"][len(choice.layers)]}, indent=2))
+                          "for_resident_layers": plan.for_resident_layers, "fits": plan.for_resident_layers >= 0,
+                          "resident": list(choice.layers), "ceiling_all_cpu": _finite(result["ceiling"][0]),
+                          "ceiling_resident": _finite(result["ceiling"][len(choice.layers)])},
+                         indent=2, allow_nan=False))
     else:
         print(table(args, result))
     if args.plot:
-        plot(args.plot, result["ceiling"], len(result["choice"].layers))
+        plot(args.plot, result["ceiling"], len(choice.layers))
         print(f"plot: {args.plot}")
+    if plan.for_resident_layers < 0:
+        gib = result["mp"].GIB
+        need = plan.usable - plan.for_resident_layers
+        raise Ds4xError(
+            f"the model does not fit: {need / gib:.2f} GiB needed (weights, KV cache, reserve, draft layers), "
+            f"{plan.usable / gib:.2f} GiB usable on the GPU",
+            "lower --max-model-len or --max-num-seqs, use --cpu-draft-layers, raise --tp, or a larger GPU",
+        )
     return 0

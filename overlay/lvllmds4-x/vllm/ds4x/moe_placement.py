@@ -182,12 +182,21 @@ def kv_cache_bytes(config: Mapping[str, Any], max_model_len: int, kv_dtype: str,
     return total
 
 
+def _int_field(c: Mapping[str, Any], name: str, low: int = 1) -> int:
+    """A config.json integer, checked before any arithmetic uses it."""
+    value = c.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        shown = repr(value)[:40]
+        raise PlacementError(f"config.json {name}={shown}: expected an integer >= {low}")
+    return value
+
+
 def _routed_experts(c: Mapping[str, Any]) -> int:
     """DeepSeek names them n_routed_experts; Qwen-MoE and most others num_experts."""
-    count = c.get("n_routed_experts", c.get("num_experts"))
-    if count is None:
+    name = "n_routed_experts" if c.get("n_routed_experts") is not None else "num_experts"
+    if c.get(name) is None:
         raise PlacementError("config.json has neither n_routed_experts nor num_experts: not a MoE model")
-    return int(count)
+    return _int_field(c, name)
 
 
 def _non_expert_bytes(c: Mapping[str, Any], layers: int) -> int:
@@ -213,6 +222,12 @@ def model_shape(config: Mapping[str, Any], expert_dtype: str | None = None, num_
     """From a config.json dict. DeepSeek-V4 has no dense layers; V2/V3 start MoE
     at first_k_dense_replace. Draft layers: num_draft_layers (DSpark ships 3), or
     num_nextn_predict_layers / n_mtp_layers when the config names them."""
+    for name in ("num_hidden_layers", "hidden_size", "moe_intermediate_size", "num_experts_per_tok",
+                 "num_attention_heads"):
+        _int_field(config, name)
+    if _int_field(config, "num_experts_per_tok") > _routed_experts(config):
+        raise PlacementError(f"config.json num_experts_per_tok={config['num_experts_per_tok']} is more than its "
+                             f"{_routed_experts(config)} routed experts")
     layers = int(config["num_hidden_layers"])
     first_moe = int(config.get("first_k_dense_replace", 0))
     dtype = expert_dtype or str(config.get("expert_dtype", "fp4"))

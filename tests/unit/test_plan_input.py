@@ -1,0 +1,90 @@
+"""`plan` answers every bad input with exit 2 and one message naming it, and a
+model that does not fit with exit 1 and the numbers; --json is strict JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ds4x.cli import main
+from ds4x.plan import EXAMPLE
+
+LONG = "9" * 5000
+
+
+def example(**changes: object) -> dict:
+    return {**json.loads(EXAMPLE.read_text()), **changes}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--max-model-len", "0"], "--max-model-len: '0': expected an integer >= 1"),
+        (["--max-model-len", "-5"], "--max-model-len: '-5': expected an integer >= 1"),
+        (["--max-num-seqs", "1.5"], "--max-num-seqs: '1.5': expected an integer >= 1"),
+        (["--tp", "0"], "--tp: '0': expected an integer >= 1"),
+        (["--pp", LONG], "--pp: '9999"),
+        (["--draft-layers", "-1"], "--draft-layers: '-1': expected an integer >= 0"),
+        (["--verify-tokens", "0"], "--verify-tokens: '0': expected an integer >= 1"),
+        (["--gpu-memory-utilization", "0"], "expected a fraction in (0, 1]"),
+        (["--gpu-memory-utilization", "1.5"], "expected a fraction in (0, 1]"),
+        (["--gpu-memory-utilization", "nan"], "expected a fraction in (0, 1]"),
+        (["--kv-cache-dtype", "fp8_bogus"], "--kv-cache-dtype: invalid choice: 'fp8_bogus'"),
+        (["--gpu-mem=-3GiB"], "is not a size like 32GiB"),
+        (["--gpu-mem", LONG], "is not a size like 32GiB"),
+        (["--plot", "curve.svg"], "--plot: 'curve.svg': expected a .png path"),
+        (["--plot", "/nonexistent/dir/c.png"], "folder /nonexistent/dir does not exist or is not writable"),
+    ],
+)
+def test_bad_options_exit_2_naming_the_option(capsys: pytest.CaptureFixture[str], args: list[str],
+                                               message: str) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["plan", *args])
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and message in err and len(err) < 3000
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("[1, 2]", "a JSON list, not an object"),
+        ("{not json", "Expecting property name"),
+        (json.dumps(example(n_routed_experts=0)), "n_routed_experts=0: expected an integer >= 1"),
+        (json.dumps(example(n_routed_experts=None)), "neither n_routed_experts nor num_experts"),
+        (json.dumps(example(hidden_size="4096")), "hidden_size='4096': expected an integer >= 1"),
+        (json.dumps(example(num_hidden_layers=None)), "num_hidden_layers=None: expected an integer >= 1"),
+        (json.dumps(example(num_experts_per_tok=300)), "num_experts_per_tok=300 is more than its 256"),
+    ],
+)
+def test_bad_configs_exit_2_naming_the_field(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str,
+                                             message: str) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(content)
+    assert main(["plan", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(config) in err and "Traceback" not in err
+
+
+def test_a_directory_as_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["plan", "--config", str(tmp_path)]) == 2
+    assert "Is a directory" in capsys.readouterr().err
+
+
+def test_does_not_fit_is_exit_1_with_the_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--gpu-mem", "8GiB", "--json"]) == 1
+    out, err = capsys.readouterr()
+    plan = json.loads(out)
+    assert plan["fits"] is False and plan["for_resident_layers"] < 0
+    assert "the model does not fit: 16.21 GiB needed" in err and "7.36 GiB usable" in err
+    assert "--max-model-len" in err  # the knob to turn
+
+
+def test_json_is_strict_when_nothing_is_left_on_the_cpu(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Every MoE layer resident: the RAM-bandwidth ceiling is unbounded, null in JSON."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(example(num_hidden_layers=2, n_routed_experts=8, compress_ratios=[0, 0])))
+    assert main(["plan", "--config", str(config), "--json", "--draft-layers", "0"]) == 0
+    plan = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+    assert plan["resident"] == [0, 1] and plan["ceiling_resident"] is None
