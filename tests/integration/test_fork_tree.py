@@ -42,7 +42,7 @@ def test_patched_envs_hooks(patched_fork: Path) -> None:
     assert out["3-1"].startswith("LVLLM_GPU_RESIDENT_MOE_LAYERS='3-1': '3-1' runs backwards")
     assert out["-1"].startswith("LVLLM_GPU_RESIDENT_MOE_LAYERS='-1': '-1' is not N or A-B")
     assert out["prefetch ''"] == 3 and out["prefetch '5'"] == 5
-    assert out["prefetch 'x'"] == "LVLLM_GPU_PREFETCH_WINDOW='x': expected an integer >= 0"
+    assert out["prefetch 'x'"] == "LVLLM_GPU_PREFETCH_WINDOW='x': expected an integer >= 0 (at most 9 digits)"
     # [resident, cpu, draft] for layer 0, layer 2 and DSpark layer 43
     assert out["drafts_on_gpu=True"] == {
         "model.layers.0.ffn.experts": [True, False, False],

@@ -51,8 +51,11 @@ def test_grammar_accepts(value: str | None, mode: str, layers: set[int], budget:
         ("1-", "1-", "is not N or A-B"),
         ("0,all", "all", "must stand alone"),
         ("auto,3", "auto", "must stand alone"),
-        ("auto:", "auto:", "must stand alone"),
-        ("auto:-1", "auto:-1", "must stand alone"),
+        ("auto:", "", "is not a budget in GiB, e.g. auto:6.5"),
+        ("auto:-1", "-1", "is not a budget in GiB, e.g. auto:6.5"),
+        ("auto:lots", "lots", "is not a budget in GiB, e.g. auto:6.5"),
+        ("0-4096", "0-4096", "names a layer past 4095"),
+        ("0-999999999", "0-999999999", "names a layer past 4095"),
         ("1.5", "1.5", "is not N or A-B"),
         ("0;1", "0;1", "is not N or A-B"),
         ("٣", "٣", "is not N or A-B"),  # a non-ASCII digit is not an index
@@ -64,6 +67,21 @@ def test_grammar_refuses_with_the_fix(value: str, part: str, why: str) -> None:
     message = str(caught.value)
     assert message.startswith(f"{VAR}={value!r}: {part!r} {why}")
     assert "e.g. 0,1 or 0-3,10 or all, none, auto, auto:6.5" in message
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "0-" + "9" * 5000, ",".join(["1"] * 100000), "auto:" + "1" * 5000])
+def test_huge_values_are_refused_in_a_short_message(value: str) -> None:
+    """No expansion, no raw int() error, no quoting of the whole value."""
+    with pytest.raises(mp.PlacementError) as caught:
+        mp.parse_layers(value if "," not in value else value + ",x")
+    assert str(caught.value).startswith(f"{VAR}=") and len(str(caught.value)) < 300
+
+
+@pytest.mark.parametrize("value", ["9" * 5000, "1234567890"])
+def test_integer_variables_refuse_huge_values_briefly(value: str) -> None:
+    with pytest.raises(mp.PlacementError, match=r"expected an integer >= 0 \(at most 9 digits\)") as caught:
+        mp.parse_positive_int(value, mp.PREFETCH_ENV, 3)
+    assert len(str(caught.value)) < 200
 
 
 def test_fuzzed_strings_never_crash_and_garbage_never_passes() -> None:
@@ -139,6 +157,14 @@ def test_too_many_layers_fail_early_with_numbers() -> None:
     message = str(caught.value)
     assert message.startswith(f"{VAR}: 4 resident layer(s) need 12.75 GiB but only 6.85 GiB is left (29.44 usable")
     assert "3.76 KV cache - 9.56 draft layers - 1.50 reserve" in message
+
+
+def test_auto_budget_larger_than_what_is_left_is_refused() -> None:
+    plan = mp.budget(SHAPE, gpu_bytes=32 * GIB, gpu_memory_utilization=0.92, max_model_len=1048576,
+                     kv_dtype="fp8_ds_mla")
+    assert len(mp.place(mp.parse_layers("auto:6.5"), SHAPE, plan, draft_resident=True).resident) == 2  # 3.19 GiB each
+    with pytest.raises(mp.PlacementError, match=r"auto:40: 40 GiB is more than the 6.85 GiB left for resident"):
+        mp.place(mp.parse_layers("auto:40"), SHAPE, plan, draft_resident=True)
 
 
 def test_index_that_names_no_moe_layer_is_an_error() -> None:

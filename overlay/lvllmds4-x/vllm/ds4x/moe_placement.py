@@ -52,12 +52,18 @@ class Selection:
     budget_gib: float | None = None  # auto:<GiB>; None: derive from the GPU
 
 
-_PART = re.compile(r"([0-9]+)(?:-([0-9]+))?")
-_AUTO = re.compile(r"auto(?::([0-9]+(?:\.[0-9]+)?))?")
+MAX_LAYER_INDEX = 4095  # no model has more layers; bounds what a range can expand to
+_PART = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9}))?")
+_AUTO = re.compile(r"auto(?::([0-9]{1,6}(?:\.[0-9]{1,6})?))?")
+_SHOWN = 60  # longer values are cut in messages
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "...")
 
 
 def _bad(var: str, value: str, part: str, why: str) -> PlacementError:
-    return PlacementError(f"{var}={value!r}: {part!r} {why} ({_EXAMPLE})")
+    return PlacementError(f"{var}={_shown(value)}: {_shown(part)} {why} ({_EXAMPLE})")
 
 
 def parse_layers(value: str | None, var: str = LAYERS_ENV) -> Selection:
@@ -71,15 +77,19 @@ def parse_layers(value: str | None, var: str = LAYERS_ENV) -> Selection:
     if auto:
         budget = float(auto[1]) if auto[1] else None
         return Selection(mode="auto", budget_gib=budget)
+    if text.startswith("auto:"):
+        raise _bad(var, value or "", text[5:], "is not a budget in GiB, e.g. auto:6.5")
     layers: set[int] = set()
     for part in text.split(","):
         found = _PART.fullmatch(part)
         if not found:
-            why = "must stand alone" if part in ("all", "none") or part.startswith("auto") else "is not N or A-B"
+            why = "must stand alone" if part in ("all", "none", "auto") else "is not N or A-B"
             raise _bad(var, value or "", part, why)
         start, end = int(found[1]), int(found[2] if found[2] is not None else found[1])
         if start > end:
             raise _bad(var, value or "", part, "runs backwards; write the lower index first")
+        if end > MAX_LAYER_INDEX:
+            raise _bad(var, value or "", part, f"names a layer past {MAX_LAYER_INDEX}")
         layers.update(range(start, end + 1))
     return Selection(mode="layers", layers=frozenset(layers))
 
@@ -99,8 +109,8 @@ def parse_positive_int(value: str | None, var: str, default: int, minimum: int =
     text = (value or "").strip()
     if not text:
         return default
-    if not re.fullmatch(r"[0-9]+", text) or int(text) < minimum:
-        raise PlacementError(f"{var}={value!r}: expected an integer >= {minimum}")
+    if not re.fullmatch(r"[0-9]{1,9}", text) or int(text) < minimum:
+        raise PlacementError(f"{var}={_shown(value or '')}: expected an integer >= {minimum} (at most 9 digits)")
     return int(text)
 
 
@@ -400,6 +410,12 @@ def place(
     per_layer = shape.layer_bytes_per_gpu(tp_size)
     if selection.mode == "auto":
         room = int(selection.budget_gib * GIB) if selection.budget_gib is not None else plan.for_resident_layers
+        if room > max(plan.for_resident_layers, 0):
+            raise PlacementError(
+                f"{LAYERS_ENV}=auto:{selection.budget_gib:g}: {selection.budget_gib:g} GiB is more than the "
+                f"{max(plan.for_resident_layers, 0) / GIB:.2f} GiB left for resident layers on this GPU; use a "
+                f"smaller budget or plain auto"
+            )
         choice = choose_auto(shape, room, tp_size, verify_tokens, routing)
         return Placement(resident=frozenset(choice.layers), draft_resident=draft_resident,
                          num_hidden_layers=shape.num_layers, explanation=f"auto: {choice.reason}")
