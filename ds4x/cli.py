@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ds4x import __version__, log, pins
-from ds4x.errors import EXIT_INTERRUPTED, Ds4xError
+from ds4x.errors import EXIT_INTERRUPTED, Ds4xError, InputError
 from ds4x.log import logger
 
 if TYPE_CHECKING:
@@ -150,6 +151,12 @@ def cmd_wheel(args: argparse.Namespace) -> int:
         raise Ds4xError("--kernels applies to one target", "add --target", exit_code=2)
     built = []
     dist = args.dist or args.pins.parent / "dist"
+    try:
+        dist.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"--dist {dist}: {e.strerror}", "give a folder you can write") from None
+    if not os.access(dist, os.W_OK):
+        raise InputError(f"--dist {dist}: not writable", "give a folder you can write")
     for target in targets:
         with log.step(f"wheel {target.name}"):
             built.append(builder.build(target, _settings(args), _layout(args), args.kernels, dist))

@@ -72,6 +72,8 @@ class Pins:
 
 
 def _check(where: str, value: Any, pattern: re.Pattern[str], what: str) -> str:
+    if isinstance(value, str) and value != value.lower() and pattern.fullmatch(value.lower()):
+        raise InputError(f"{where}: {value!r} is in upper case", f"write it in lower case: {value.lower()}")
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise InputError(
             f"{where}: {value!r} is not a {what}",

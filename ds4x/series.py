@@ -59,6 +59,8 @@ def parse_series(series: Path) -> list[PatchEntry]:
         if name in seen:
             raise InputError(f"{where}: {name!r} is listed twice", "delete one of the lines")
         path = series.parent / name
+        if path.is_symlink() or not path.resolve().is_relative_to(series.parent.resolve()):
+            raise InputError(f"{where}: {name!r} is a symbolic link", "keep each patch as a file in this series' folder")
         if not path.is_file():
             raise InputError(f"{where}: {name!r} not found", "run refresh, or delete the line")
         seen.add(name)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import calendar
 import hashlib
+import html.parser
+import http.client
 import json
 import os
 import re
@@ -16,19 +18,22 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ds4x import gitops
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger, progress, step
 from ds4x.pins import Artifact, Target
 
+T = TypeVar("T")
 MIRRORS_ENV = "DS4X_MIRRORS"
 CACHE_ENV = "DS4X_CACHE_DIR"
 
@@ -97,18 +102,60 @@ def index_url() -> str:
     return str(PyPI.simple_url)
 
 
+RETRY_DELAYS = (1.0, 4.0, 15.0)  # seconds before each retry of a transient network failure
+
+
+def _transient(error: BaseException) -> bool:
+    """Worth another try: a dropped or refused connection, a timeout, a 5xx or
+    429; not a 4xx (the file is not there, or not ours to read)."""
+    if isinstance(error, urllib.error.HTTPError):
+        return error.code >= 500 or error.code == 429
+    return isinstance(error, (urllib.error.URLError, OSError, http.client.HTTPException))
+
+
+def _retrying(what: str, attempt: Callable[[], T]) -> T:
+    for tries, delay in enumerate((0.0, *RETRY_DELAYS)):
+        time.sleep(delay)
+        try:
+            return attempt()
+        except Exception as e:
+            if not _transient(e) or tries == len(RETRY_DELAYS):
+                raise
+            logger.warning("%s: %s; trying again in %.0f s", what, e, RETRY_DELAYS[tries])
+    raise AssertionError("unreachable")
+
+
+class _Links(html.parser.HTMLParser):
+    """The anchors of a PEP 503 HTML index page: file name -> href."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: dict[str, str] = {}
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href")
+        if tag == "a" and href:
+            self.links[Path(urllib.parse.urlparse(href).path).name] = href
+
+
 def _file_url(artifact: Artifact) -> str:
+    """The file's URL from the index's Simple API (PEP 691 JSON, else PEP 503 HTML)."""
     page = f"{index_url().rstrip('/')}/{artifact.project}/"
     request = urllib.request.Request(
         page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
     )
-    with urllib.request.urlopen(request, timeout=60) as response:
-        body = response.read().decode()
-        is_json = "json" in response.headers.get("Content-Type", "")
+
+    def read() -> tuple[str, bool]:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.read().decode(), "json" in response.headers.get("Content-Type", "")
+
+    body, is_json = _retrying(f"index page {page}", read)
     if is_json:
         urls = {f["filename"]: f["url"] for f in json.loads(body)["files"]}
     else:
-        urls = {Path(urllib.parse.urlparse(u).path).name: u for u in re.findall(r'href="([^"]+)"', body)}
+        links = _Links()
+        links.feed(body)
+        urls = links.links
     if artifact.filename not in urls:
         raise Ds4xError(f"{artifact.filename} is not on the index page {page}", "check the pin or PIP_INDEX_URL")
     return str(urllib.parse.urljoin(page, urls[artifact.filename])).split("#", 1)[0]
@@ -122,53 +169,64 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _stream(url: str, dest: Path, label: str) -> None:
-    """Download to `dest.part` with a progress bar, then rename; nothing partial stays."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    try:
+def _stream(url: str, part: Path, label: str) -> str:
+    """Download to `part`, hashing as it goes; returns the sha256. A transient
+    failure starts the file again (a few times, with growing pauses)."""
+    part.parent.mkdir(parents=True, exist_ok=True)
+
+    def attempt() -> str:
+        digest = hashlib.sha256()
         with urllib.request.urlopen(url, timeout=120) as response, part.open("wb") as out:
             with progress(int(response.headers.get("Content-Length") or 0) or None, label) as bar:
                 for block in iter(lambda: response.read(1 << 20), b""):
                     out.write(block)
+                    digest.update(block)
                     bar.update(len(block))
+        return digest.hexdigest()
+
+    try:
+        return _retrying(f"download {label}", attempt)
     except BaseException as e:
         part.unlink(missing_ok=True)
-        if isinstance(e, (urllib.error.URLError, OSError)):
+        if isinstance(e, (urllib.error.URLError, OSError, http.client.HTTPException)):
             raise Ds4xError(f"cannot download {label}: {e}", "check the network and PIP_INDEX_URL") from e
         raise
-    os.replace(part, dest)
 
 
 def fetch_url(url: str, settings: Settings) -> Path:
     """A file named by URL (`--kernels wheel:https://...`), kept in the cache by its name."""
-    dest = settings.cache / "downloads" / url.rsplit("/", 1)[-1]
+    dest = settings.cache / "downloads" / "by-url" / url.rsplit("/", 1)[-1]
     if not dest.exists():
         if settings.offline:
             raise Ds4xError(f"{dest.name} is not in the cache ({dest.parent})", "run once without --offline")
-        _stream(url, dest, dest.name)
+        part = dest.with_name(dest.name + ".part")
+        _stream(url, part, dest.name)
+        os.replace(part, dest)
     return dest
 
 
 def download(artifact: Artifact, settings: Settings) -> Path:
-    """The artifact from the cache, else the index; sha256-checked either way."""
-    dest = settings.cache / "downloads" / artifact.filename
+    """The artifact from the cache, else the index; sha256-checked either way.
+    The cache is keyed by the pinned sha256: a changed pin misses it, and a
+    file that does not match never replaces one that matches another pin."""
+    dest = settings.cache / "downloads" / artifact.sha256 / artifact.filename
     if dest.exists() and sha256_file(dest) == artifact.sha256:
         return dest
     if settings.offline:
         raise Ds4xError(f"{artifact.filename} is not in the cache ({dest.parent})", "run once without --offline")
     try:
         url = _file_url(artifact)
-    except (urllib.error.URLError, OSError) as e:
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         raise Ds4xError(f"cannot download {artifact.filename}: {e}", "check the network and PIP_INDEX_URL") from e
-    _stream(url, dest, artifact.filename)
-    actual = sha256_file(dest)
+    part = dest.with_name(dest.name + ".part")
+    actual = _stream(url, part, artifact.filename)
     if actual != artifact.sha256:
-        dest.unlink()
+        part.unlink()
         raise Ds4xError(
-            f"{artifact.filename}: sha256 {actual} does not match the pin {artifact.sha256}",
-            "the index serves a different file; check PIP_INDEX_URL or update pins.toml",
+            f"{artifact.filename}: the index serves sha256 {actual}; the pin wants {artifact.sha256}",
+            "if the pin is wrong, fix pins.toml; else check PIP_INDEX_URL",
         )
+    os.replace(part, dest)
     return dest
 
 
@@ -204,13 +262,16 @@ def _commit_id(tree: Path, package: str) -> str | None:
     return found[1] if found else None
 
 
-def _ready(path: Path, commit: str | None = None) -> str | None:
-    """The HEAD of a cached repo that is clean (and at `commit`), else an error."""
+def _ready(path: Path, commit: str | None = None, stamp: str | None = None) -> str | None:
+    """The HEAD of a cached repo that is clean (and at `commit`, or whose commit
+    message carries `stamp`: the sha256 it was unpacked from), else an error."""
     with gitops.open_repo(path) as repo:
         if repo.is_dirty(untracked_files=True):
             raise Ds4xError(f"cache entry {path} has local changes", f"delete {path} and run again")
         if commit:
             gitops.verify_head(repo, commit, str(path))
+        if stamp and stamp not in str(repo.head.commit.message):
+            raise Ds4xError(f"cache entry {path} was not unpacked from {stamp}", f"delete {path} and run again")
         return gitops.head(repo)
 
 
@@ -230,7 +291,7 @@ def _build(dest: Path, settings: Settings, fill: Any) -> None:
 def _git_base(target: Target, settings: Settings) -> Base:
     assert target.git
     pin = target.git
-    dest = settings.cache / "git" / f"{target.name}-{pin.commit[:12]}"
+    dest = settings.cache / "git" / f"{target.name}-{pin.commit}"
     where = resolve_url(pin.url, settings.mirrors)
     if not dest.exists():
         with step(f"fetch {target.name} @ {pin.commit[:12]} from {where}"):
@@ -247,7 +308,7 @@ def _git_base(target: Target, settings: Settings) -> Base:
 
 def _archive_base(target: Target, kind: str, settings: Settings) -> Base:
     artifact: Artifact = getattr(target, kind)
-    dest = settings.cache / "src" / f"{target.name}-{kind}-{artifact.sha256[:12]}"
+    dest = settings.cache / "src" / f"{target.name}-{kind}-{artifact.sha256}"
     origin: dict[str, Any] = {"kind": kind, "filename": artifact.filename, "sha256": artifact.sha256}
     if target.git and kind == "sdist":
         origin["commit"] = target.git.commit
@@ -267,7 +328,7 @@ def _archive_base(target: Target, kind: str, settings: Settings) -> Base:
     if not dest.exists():
         with step(f"unpack {artifact.filename} (sha256 {artifact.sha256[:12]})"):
             _build(dest, settings, fill)
-    commit = _ready(dest)
+    commit = _ready(dest, stamp=f"sha256: {artifact.sha256}")
     assert commit
     return Base(target=target, repo=dest, commit=commit, origin=origin)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ds4x import gitops, overlay, series
-from ds4x.errors import Ds4xError
+from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger
 from ds4x.sources import Base
 
@@ -53,6 +53,10 @@ def apply_series(base: Base, tree: Path, layout: Layout) -> list[series.PatchEnt
                     f"{entry.path}: already applied upstream ({upstream}) at {base.target.name} @ {base.commit[:12]}",
                     f"delete line {entry.line} of {layout.series(base.target.name)}",
                 )
+            corrupt = re.search(r"corrupt patch at line \d+", problem)
+            if corrupt:
+                raise InputError(f"{entry.path}: {corrupt[0]}",
+                                 "restore it from git, or recreate it with `build.py refresh` from its tree")
             raise Ds4xError(
                 f"{entry.path}: does not apply to {base.target.name} @ {base.commit[:12]}: {_where_it_fails(problem)}",
                 f"rebase it: `build.py apply --target {base.target.name}`, fix, commit, `build.py refresh`",

@@ -42,6 +42,8 @@ def write(tmp_path: Path, body: str) -> Path:
         (f'[targets.x]\npackage="x"\ngit={{url="u", commit="{GOOD_SHA}", branch="main"}}\n',
          "targets.x.git: unknown keys ['branch'], missing keys []"),
         ("[targets.x\n", "Expected ']' at the end of a table declaration (at line 1, column 11)"),
+        (f'[targets.x]\npackage="x"\ngit={{url="u", commit="{GOOD_SHA.upper()}"}}\n',
+         f"targets.x.git.commit: '{GOOD_SHA.upper()}' is in upper case"),
     ],
 )
 def test_bad_pins_are_refused_by_name(tmp_path: Path, body: str, message: str) -> None:

@@ -53,36 +53,61 @@ def test_cache_dir_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 PAYLOAD = b"pretend wheel bytes\n" * 100
 
 
+class Index:
+    """A simple index on loopback serving one file: PEP 691 JSON, or PEP 503
+    HTML with `html`; `drops` first connections to the file are cut without an
+    answer; every request path is logged."""
+
+    def __init__(self) -> None:
+        self.html, self.drops, self.requests = False, 0, []
+        index = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                index.requests.append(self.path)
+                if self.path == "/simple/demo/" and index.html:
+                    body = b'<html><body><a href="../../files/demo-1.0.whl#sha256=x">demo-1.0.whl</a></body></html>'
+                    kind = "text/html"
+                elif self.path == "/simple/demo/":
+                    body = json.dumps({"files": [{"filename": "demo-1.0.whl", "url": "../../files/demo-1.0.whl"}]}).encode()
+                    kind = "application/vnd.pypi.simple.v1+json"
+                elif self.path == "/files/demo-1.0.whl" and index.drops:
+                    index.drops -= 1
+                    self.close_connection = True  # no status line: the client sees the connection drop
+                    return
+                elif self.path == "/files/demo-1.0.whl":
+                    body, kind = PAYLOAD, "application/octet-stream"
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+
 @pytest.fixture
-def index(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A PEP 691 simple index on loopback serving one file."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/simple/demo/":
-                body = json.dumps({"files": [{"filename": "demo-1.0.whl", "url": "../../files/demo-1.0.whl"}]}).encode()
-                kind = "application/vnd.pypi.simple.v1+json"
-            elif self.path == "/files/demo-1.0.whl":
-                body, kind = PAYLOAD, "application/octet-stream"
-            else:
-                self.send_error(404)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[Index]:
+    index = Index()
+    thread = threading.Thread(target=index.server.serve_forever, daemon=True)
     thread.start()
-    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_port}/simple")
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
+    monkeypatch.setenv("PIP_INDEX_URL", f"{index.url}/simple")
+    monkeypatch.setattr(sources, "RETRY_DELAYS", (0.0, 0.0, 0.0))
+    yield index
+    index.server.shutdown()
+    index.server.server_close()
+
+
+@pytest.fixture
+def index(served: Index) -> str:
+    return served.url
 
 
 def artifact(sha: str) -> Artifact:
@@ -98,10 +123,42 @@ def test_download_checks_sha256_and_caches(index: str, tmp_path: Path) -> None:
     assert sources.download(good, offline) == path
 
 
+def files(folder: Path) -> list[str]:
+    return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+
+
 def test_download_sha_mismatch_leaves_nothing(index: str, tmp_path: Path) -> None:
-    with pytest.raises(Ds4xError, match="does not match the pin " + "0" * 64):
+    actual = hashlib.sha256(PAYLOAD).hexdigest()
+    with pytest.raises(Ds4xError, match=f"the index serves sha256 {actual}; the pin wants {'0' * 64}"):
         sources.download(artifact("0" * 64), sources.Settings(cache=tmp_path))
-    assert list((tmp_path / "downloads").iterdir()) == []
+    assert files(tmp_path / "downloads") == []
+
+
+def test_a_wrong_pin_never_deletes_the_file_of_another(index: str, tmp_path: Path) -> None:
+    settings = sources.Settings(cache=tmp_path)
+    good = sources.download(artifact(hashlib.sha256(PAYLOAD).hexdigest()), settings)
+    with pytest.raises(Ds4xError, match="the pin wants " + "1" * 64):
+        sources.download(artifact("1" * 64), settings)
+    assert good.read_bytes() == PAYLOAD and files(tmp_path / "downloads") == [good.relative_to(tmp_path / "downloads").as_posix()]
+
+
+def test_a_dropped_connection_is_retried(served: Index, tmp_path: Path) -> None:
+    served.drops = 1
+    path = sources.download(artifact(hashlib.sha256(PAYLOAD).hexdigest()), sources.Settings(cache=tmp_path))
+    assert path.read_bytes() == PAYLOAD
+    assert served.requests.count("/files/demo-1.0.whl") == 2
+
+
+def test_a_404_fails_at_once(served: Index, tmp_path: Path) -> None:
+    with pytest.raises(Ds4xError, match="cannot download missing.whl: HTTP Error 404"):
+        sources.fetch_url(f"{served.url}/files/missing.whl", sources.Settings(cache=tmp_path))
+    assert served.requests == ["/files/missing.whl"]
+
+
+def test_an_html_index_page(served: Index, tmp_path: Path) -> None:
+    served.html = True
+    path = sources.download(artifact(hashlib.sha256(PAYLOAD).hexdigest()), sources.Settings(cache=tmp_path))
+    assert path.read_bytes() == PAYLOAD
 
 
 def test_offline_without_cache(tmp_path: Path) -> None:
@@ -112,6 +169,7 @@ def test_offline_without_cache(tmp_path: Path) -> None:
 
 def test_network_down(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setattr(sources, "RETRY_DELAYS", (0.0, 0.0, 0.0))
     with pytest.raises(Ds4xError, match="cannot download demo-1.0.whl"):
         sources.download(artifact("0" * 64), sources.Settings(cache=tmp_path))
     assert not any((tmp_path / "downloads").glob("*"))
@@ -119,8 +177,8 @@ def test_network_down(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def test_fetch_url_streams_into_the_cache(index: str, tmp_path: Path) -> None:
     path = sources.fetch_url(f"{index}/files/demo-1.0.whl", sources.Settings(cache=tmp_path))
-    assert path == tmp_path / "downloads" / "demo-1.0.whl" and path.read_bytes() == PAYLOAD
+    assert path == tmp_path / "downloads" / "by-url" / "demo-1.0.whl" and path.read_bytes() == PAYLOAD
     assert sources.fetch_url(f"{index}/files/demo-1.0.whl", sources.Settings(cache=tmp_path, offline=True)) == path
     with pytest.raises(Ds4xError, match="cannot download missing.whl"):
         sources.fetch_url(f"{index}/files/missing.whl", sources.Settings(cache=tmp_path))
-    assert sorted(p.name for p in (tmp_path / "downloads").iterdir()) == ["demo-1.0.whl"]
+    assert files(tmp_path / "downloads") == ["by-url/demo-1.0.whl"]

@@ -41,7 +41,7 @@ def make_patch(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path
 def test_fetch_through_mirror_is_sparse_and_verified(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
     code, out, _ = run(capsys, project, tmp_path, git_repo, "fetch")
     assert code == 0
-    cached = tmp_path / "cache" / "git" / f"demo-{git_repo[1][:12]}"
+    cached = tmp_path / "cache" / "git" / f"demo-{git_repo[1]}"
     assert out == f"demo: {cached} @ {git_repo[1]}\n"
     assert (cached / "demo/lookup.py").exists()
     assert not (cached / "docs").exists()  # never needed, maybe missing from the mirror
@@ -50,7 +50,7 @@ def test_fetch_through_mirror_is_sparse_and_verified(capsys: pytest.CaptureFixtu
 def test_shallow_fetch_over_file_url(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
     args = [*cli_args(project, tmp_path, git_repo, "fetch")[:-2], "--mirror", f"{UPSTREAM_URL}=file://{git_repo[0]}"]
     assert main(args) == 0
-    cached = tmp_path / "cache" / "git" / f"demo-{git_repo[1][:12]}"
+    cached = tmp_path / "cache" / "git" / f"demo-{git_repo[1]}"
     assert git(cached, "rev-parse", "HEAD") == git_repo[1]
     assert git(cached, "rev-list", "--count", "HEAD") == "1"  # the pinned commit only
     assert (cached / ".git" / "shallow").exists()
@@ -58,7 +58,7 @@ def test_shallow_fetch_over_file_url(capsys: pytest.CaptureFixture[str], project
 
 def test_dirty_cache_is_refused(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
     run(capsys, project, tmp_path, git_repo, "fetch")
-    cached = tmp_path / "cache" / "git" / f"demo-{git_repo[1][:12]}"
+    cached = tmp_path / "cache" / "git" / f"demo-{git_repo[1]}"
     (cached / "README.md").write_text("edited in the cache\n")
     code, _, err = run(capsys, project, tmp_path, git_repo, "fetch")
     assert code == 1
@@ -78,7 +78,7 @@ def test_unreachable_upstream_is_one_clear_error(capsys: pytest.CaptureFixture[s
 def test_offline_with_empty_cache(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
     code, _, err = run(capsys, project, tmp_path, git_repo, "fetch", "--offline")
     assert code == 1
-    assert f"demo-{git_repo[1][:12]} is not in the cache" in err
+    assert f"demo-{git_repo[1]} is not in the cache" in err
 
 
 def test_refresh_writes_dep3_patch_and_series(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
@@ -125,6 +125,33 @@ def test_patch_that_does_not_apply_names_file_and_hunk(capsys: pytest.CaptureFix
     assert code == 1
     assert f"demo-exact-lookup.patch: does not apply to demo @ {new[:12]}: hunk at demo/lookup.py:1" in err
     assert "hint: rebase it: `build.py apply --target demo`" in err
+
+
+def test_corrupt_patch_is_named_as_such(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    make_patch(capsys, project, tmp_path, git_repo)
+    patch = project / "patches/demo/demo-exact-lookup.patch"
+    patch.write_text(re.sub(r"\n@@ -(\d+),(\d+)", "\n@@ -\\1,99", patch.read_text(), count=1))  # a hunk longer than its lines
+    code, _, err = run(capsys, project, tmp_path, git_repo, "check")
+    assert code == 2 and "demo-exact-lookup.patch: corrupt patch at line" in err
+    assert "hint: restore it from git" in err and "rebase it" not in err
+
+
+def test_patch_symlinked_from_outside_is_refused(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    make_patch(capsys, project, tmp_path, git_repo)
+    patch = project / "patches/demo/demo-exact-lookup.patch"
+    outside = tmp_path / "elsewhere.patch"
+    outside.write_bytes(patch.read_bytes())
+    patch.unlink()
+    patch.symlink_to(outside)
+    code, _, err = run(capsys, project, tmp_path, git_repo, "apply", "--target", "demo", "--dir", str(tmp_path / "t2"))
+    assert code == 2 and "'demo-exact-lookup.patch' is a symbolic link" in err and not (tmp_path / "t2").exists()
+
+
+def test_wheel_into_an_unwritable_dist(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    blocked = tmp_path / "file-not-folder"
+    blocked.write_text("")
+    code, _, err = run(capsys, project, tmp_path, git_repo, "wheel", "--target", "demo", "--dist", str(blocked / "dist"))
+    assert code == 2 and f"--dist {blocked / 'dist'}: Not a directory" in err
 
 
 def test_patch_already_upstream_is_reported(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
