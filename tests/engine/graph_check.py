@@ -96,6 +96,14 @@ def v1_table(disp) -> dict:
     return {"graphs": graphs_out, "dispatch": dispatch, "mixed": mixed.name}
 
 
+def data_parallel(model: str) -> VllmConfig:
+    """adaptive with two data-parallel ranks, which choose depths apart."""
+    dp = config(model, POLICIES["adaptive"])
+    dp.parallel_config.data_parallel_size = 2
+    return dp
+
+
 def check(model: str) -> dict:
     return {"v2": {name: table(manager(config(model, policy))) for name, policy in POLICIES.items()},
-            "v1": {name: v1_table(dispatcher(config(model, policy))) for name, policy in POLICIES.items()}}
+            "v1": {name: v1_table(dispatcher(config(model, policy))) for name, policy in POLICIES.items()},
+            "v1 adaptive, data parallel": v1_table(dispatcher(data_parallel(model)))}

@@ -35,3 +35,9 @@ def test_every_uniform_batch_finds_a_graph_of_its_length(tables: dict, policy: s
 
 def test_fixed_policy_keeps_vllms_graphs(tables: dict) -> None:
     assert tables["fixed"]["graphs"] == [g for g in tables["adaptive"]["graphs"] if g.endswith(":q3")]
+
+
+def test_data_parallel_keeps_vllms_graphs(engine_checks: dict) -> None:
+    """Ranks pad to each other's token counts: one length's graph would not fit another's batch."""
+    graphs = engine_checks["graphs"]
+    assert graphs["v1 adaptive, data parallel"]["graphs"] == graphs["v1"]["fixed"]["graphs"]

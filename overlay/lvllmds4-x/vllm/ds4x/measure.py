@@ -28,7 +28,10 @@ from pathlib import Path
 
 FORMATS = {"fp4": "mxfp4", "bf16": "bf16"}  # expert dtype of the config -> lk_moe class
 GROUP = 32  # MXFP4: one e8m0 scale per 32 weights along K
+SCALE = 118  # e8m0 exponent of every block: small enough that random weights give finite outputs
 SLOWDOWN = 1.5  # a thread count this much slower than the best is worth a warning
+HELD = 2.2  # peak RAM per layer byte while lk_moe copies the weights in
+BATCHED_TOKENS = 8192  # the engine's max_num_batched_tokens, which sizes lk_moe's prefill groups
 DEFAULT_GPU_MS = 28.5  # the GPU side of DeepSeek-V4-Flash's K=2 step on an RTX 5090 (153.5 - 125.0 ms reported)
 
 
@@ -50,13 +53,14 @@ def _layer(spec: dict):
     import numpy as np
 
     experts, top_k, hidden, inter = spec["experts"], spec["top_k"], spec["hidden"], spec["inter"]
-    cfg = lk_moe.MOEConfigV2()  # the fields Lvllmds4-x's routed_experts.py sets
+    cfg = lk_moe.MOEConfigV2()  # the fields Lvllmds4-x's routed_experts.py sets, as it sets them
     cfg.num_processes, cfg.process_id, cfg.gpu_id = 1, 0, 0
     cfg.has_gate_proj = True
     cfg.expert_num, cfg.top_k = experts, top_k
     cfg.hidden_size, cfg.intermediate_size = hidden, inter
-    cfg.max_batch_size = cfg.max_num_seqs = cfg.group_max_len = spec["max_tokens"]
-    cfg.stride, cfg.group_min_len = 32, 10
+    cfg.max_num_seqs = spec["max_tokens"]  # max_num_seqs x (1 + K), as the fork sizes it
+    cfg.max_batch_size = BATCHED_TOKENS
+    cfg.stride, cfg.group_min_len, cfg.group_max_len = 32, 10, min(4096, BATCHED_TOKENS) + 128
     cfg.activation_type = 0  # silu
     cfg.use_gpu_prefill = False
     rng = np.random.default_rng(0)
@@ -68,12 +72,12 @@ def _layer(spec: dict):
         out[:] = one_expert
         return out
 
-    if spec["format"] == "mxfp4":  # packed e2m1 pairs, e8m0 scales (127 = 1.0), as the fork passes them
+    if spec["format"] == "mxfp4":  # packed e2m1 pairs and e8m0 scales, as the fork passes them
         cfg.groupN, cfg.groupK = 1, GROUP
         w13 = filled((experts, 2 * inter, hidden // 2), rng.integers(0, 256, (2 * inter, hidden // 2), np.uint8))
         w2 = filled((experts, hidden, inter // 2), rng.integers(0, 256, (hidden, inter // 2), np.uint8))
-        s13 = np.full((experts, 2 * inter, hidden // GROUP), 127, np.uint8)
-        s2 = np.full((experts, hidden, inter // GROUP), 127, np.uint8)
+        s13 = np.full((experts, 2 * inter, hidden // GROUP), SCALE, np.uint8)
+        s2 = np.full((experts, hidden, inter // GROUP), SCALE, np.uint8)
         moe = lk_moe.MOE_MXFP4(cfg, w13.ctypes.data, w2.ctypes.data, s13.ctypes.data, s2.ctypes.data, 0, 0)
         return moe, (w13, w2, s13, s2)
 
@@ -124,10 +128,15 @@ def _caller(moe, spec: dict, tokens: int):
 
 def worker(spec: dict) -> dict:
     """Median ms per layer call and mean distinct experts for each token count,
-    each within its share of the time budget (at least 3 calls)."""
+    each within its share of the time budget (at least 3 calls); with
+    `bandwidth`, RAM read bandwidth first."""
     import numpy as np
 
-    moe, _arrays = _layer(spec)
+    result: dict = {"threads": int(os.environ.get("LK_THREADS", "0"))}
+    if spec.get("bandwidth"):
+        result["ram_gbs"] = ram_read_gbs(spec["bandwidth"])
+    moe, arrays = _layer(spec)
+    del arrays  # lk_moe holds its own copy
     rng = np.random.default_rng(1)
     experts, top_k = spec["experts"], spec["top_k"]
     share = spec["budget_s"] / len(spec["tokens"])
@@ -146,7 +155,7 @@ def worker(spec: dict) -> dict:
         timed = samples[1:]  # the first call warms up
         cases.append({"tokens": tokens, "ms": 1000 * statistics.median(timed), "calls": len(timed),
                       "distinct": statistics.fmean(distinct)})
-    return {"threads": int(os.environ.get("LK_THREADS", "0")), "path": path, "cases": cases}
+    return {**result, "path": path, "cases": cases}
 
 
 # ---- the driver
@@ -197,21 +206,31 @@ def layer_bytes(spec: dict) -> int:
     return params * 2 if spec["format"] == "bf16" else params // 2 + params // GROUP
 
 
-def run_workers(spec: dict, threads: list[int], budget_s: float, python: str) -> list[dict]:
+def check_python(python: str) -> None:
+    found = subprocess.run([python, "-c", "import lk_moe, numpy"], capture_output=True, text=True)
+    if found.returncode:
+        raise MeasureError(f"--python {python} cannot import lk_moe and numpy: give a Python 3.12 with lk-moe "
+                           f"installed (cp312 wheels only)")
+
+
+def run_workers(spec: dict, threads: list[int], budget_s: float, python: str, bandwidth_bytes: int) -> list[dict]:
+    """One process per LK_THREADS value (the first also reads RAM bandwidth);
+    one that overruns its budget by ten minutes is killed."""
     from tqdm import tqdm
 
-    runs = []
+    runs: list[dict] = []
     for count in tqdm(threads, desc="LK_THREADS", unit="setting", disable=not sys.stderr.isatty()):
         env = {**os.environ, "LK_THREADS": str(count)}
-        job = {**spec, "budget_s": budget_s / len(threads)}
-        done = subprocess.run([python, __file__, "--worker", json.dumps(job)], env=env, capture_output=True,
-                              text=True)
+        job = {**spec, "budget_s": budget_s / len(threads), "bandwidth": 0 if runs else bandwidth_bytes}
+        limit = job["budget_s"] + 600
+        try:
+            done = subprocess.run([python, __file__, "--worker", json.dumps(job)], env=env, capture_output=True,
+                                  text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            raise MeasureError(f"lk_moe with LK_THREADS={count} did not finish in {limit:.0f} s", 1) from None
         results = [line for line in done.stdout.splitlines() if line.startswith("{")]
         if done.returncode or not results:
             tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
-            if "No module named 'lk_moe'" in tail:
-                raise MeasureError(f"--python {python} has no lk_moe: give a Python 3.12 with lk-moe installed "
-                                   f"(cp312 wheels only)")
             raise MeasureError(f"lk_moe with LK_THREADS={count} failed (exit {done.returncode}): {tail}", 1)
         runs.append(json.loads(results[-1]))
     return runs
@@ -303,6 +322,9 @@ def check(args: argparse.Namespace) -> None:
         raise MeasureError(f"{where}: --threads {args.threads}: every value must be >= 1")
     if not all(0 < a < 1 for a in args.acceptance):
         raise MeasureError(f"{where}: --acceptance {args.acceptance}: rates in (0, 1), e.g. 0.39 0.89")
+    out = args.profile_out.resolve().parent
+    if not out.is_dir() or not os.access(out, os.W_OK):
+        raise MeasureError(f"{where}: --profile-out {args.profile_out}: folder {out} does not exist or is not writable")
     if args.plot is not None:
         if args.plot.suffix.lower() != ".png":
             raise MeasureError(f"{where}: --plot {args.plot}: give a .png path")
@@ -330,15 +352,17 @@ def main(args: argparse.Namespace) -> int:
     k, moe_layers = args.num_speculative_tokens, len(shape.moe_layers)
     spec = layer_spec(shape, fmt, k, args.max_num_seqs)
     need, free = layer_bytes(spec), available_ram()
-    if free is not None and need > 0.9 * free:
-        raise MeasureError(f"one {fmt} layer of this shape needs {need / 2**30:.2f} GiB; {free / 2**30:.2f} GiB of RAM "
-                           f"is available (90% usable): free memory, or measure on the serving machine", 1)
+    if free is not None and HELD * need > 0.9 * free:
+        raise MeasureError(f"one {fmt} layer of this shape is {need / 2**30:.2f} GiB, {HELD * need / 2**30:.2f} GiB "
+                           f"while lk_moe copies it in; {free / 2**30:.2f} GiB of RAM is available (90% usable): "
+                           f"free memory, or measure on the serving machine", 1)
+    check_python(args.python)
     threads = sorted(set(args.threads or thread_counts(os.cpu_count() or 1)))
     print(f"lk_moe layer: {spec['experts']} experts, top-{spec['top_k']}, hidden {spec['hidden']}, intermediate "
           f"{spec['inter']}, {fmt} ({need / 2**30:.2f} GiB); {moe_layers} MoE layers a step; "
           f"LK_THREADS {threads}; {args.budget:.0f} s budget")
-    print(f"RAM read bandwidth (numpy, {os.cpu_count()} threads): {ram_read_gbs(min(1 << 30, (free or 1 << 32) // 4)):.1f} GB/s")
-    runs = run_workers(spec, threads, args.budget, args.python)
+    runs = run_workers(spec, threads, args.budget, args.python, min(1 << 30, (free or 1 << 32) // 4))
+    print(f"RAM read bandwidth (numpy, {os.cpu_count()} threads): {runs[0]['ram_gbs']:.1f} GB/s")
     best, warnings = thread_warnings(runs)
     for run in runs:
         print(f"LK_THREADS={run['threads']}: {run['cases'][0]['ms']:.2f} ms a layer call at 1 token ({run['path']})")

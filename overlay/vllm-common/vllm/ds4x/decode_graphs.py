@@ -46,6 +46,13 @@ def decode_query_lens(vllm_config, decode_query_len: int) -> list[int] | None:
     depths = DraftDepthConfig.from_dict(spec.draft_depth, k_max).verify_depths(k_max)
     if depths == (k_max,):
         return None
+    if vllm_config.parallel_config.data_parallel_size > 1 or getattr(
+            vllm_config.compilation_config.pass_config, "enable_sp", False):
+        # data-parallel ranks choose their depths independently and pad to each
+        # other's token counts (sequence parallelism pads to the TP size): one
+        # rank's graph length would not hold for another's batch
+        logger.info_once("ds4x: decode CUDA graphs for 1 + K_max only (data or sequence parallelism)")
+        return None
     return [decode_query_len - k_max + d for d in depths]
 
 

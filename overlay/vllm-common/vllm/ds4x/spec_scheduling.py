@@ -116,7 +116,7 @@ class DraftDepthScheduling:
     def on_output(self, request, new_token_ids: list[int], drafted: int, accepted: int, stats) -> None:
         """A request's step: the drafts it verified (none: 0) and its new tokens.
         The common case, fixed or phase with no marker among the tokens, is a
-        set test and a list append."""
+        set test and a counter increment."""
         adaptive = self._adaptive
         if drafted and (stats is not None or adaptive):
             try:
