@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from ds4x.log import step
 from ds4x.pins import Artifact, Target
 from ds4x.sources import Base, Settings
 from ds4x.workspace import Layout, patched_tree
+from ds4x.scratch import scratch_dir
 
 DEFAULT_CUDA_ARCHS = "12.0"  # RTX 5090 (sm_120); override with TORCH_CUDA_ARCH_LIST
 
@@ -123,7 +123,7 @@ def build(target: Target, settings: Settings, layout: Layout, kernels: str | Non
     parts, patches, overlay_sums = _inputs(target, layout)
     digest = wheel.series_digest(parts)
     base = sources.fetch(target, settings)
-    with patched_tree(base, layout) as tree, tempfile.TemporaryDirectory(prefix="ds4x-kernels-") as tmp:
+    with patched_tree(base, layout) as tree, scratch_dir("ds4x-kernels-") as tmp:
         if kernels == "source":
             kernel_wheel = _build_from_source(tree, Path(tmp))
         elif kernels:

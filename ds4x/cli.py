@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ds4x import __version__, log, pins
-from ds4x.errors import EXIT_INTERRUPTED, Ds4xError, InputError
+from ds4x.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Ds4xError, InputError, Terminated
 from ds4x.log import logger
 
 if TYPE_CHECKING:
@@ -231,8 +232,20 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args: argparse.Namespace) -> int:
     log.setup(-1 if args.quiet else args.verbose)
     if args.command not in LIGHT_COMMANDS:
         from ds4x import gitops
@@ -248,6 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return EXIT_TERMINATED
     except Exception:
         traceback.print_exc()
         print("error: this is a bug in ds4x; please report it with the output above", file=sys.stderr)

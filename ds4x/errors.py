@@ -5,6 +5,12 @@ from __future__ import annotations
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised where the main thread is, so that every temporary tree
+    and partial file is removed on the way out, as for Ctrl-C."""
 
 
 class Ds4xError(Exception):

@@ -14,7 +14,6 @@ import http.client
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -32,6 +31,7 @@ from ds4x import gitops
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger, progress, step
 from ds4x.pins import Artifact, Target
+from ds4x.scratch import build_aside
 
 T = TypeVar("T")
 MIRRORS_ENV = "DS4X_MIRRORS"
@@ -275,17 +275,10 @@ def _ready(path: Path, commit: str | None = None, stamp: str | None = None) -> s
         return gitops.head(repo)
 
 
-def _build(dest: Path, settings: Settings, fill: Any) -> None:
+def _build(dest: Path, settings: Settings, fill: Callable[[Path], None]) -> None:
     if settings.offline:
         raise Ds4xError(f"{dest.name} is not in the cache ({dest.parent})", "run once without --offline")
-    part = dest.with_name(dest.name + ".part")
-    shutil.rmtree(part, ignore_errors=True)
-    try:
-        fill(part)
-    except BaseException:
-        shutil.rmtree(part, ignore_errors=True)
-        raise
-    os.replace(part, dest)
+    build_aside(dest, fill)
 
 
 def _git_base(target: Target, settings: Settings) -> Base:

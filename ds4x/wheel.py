@@ -12,8 +12,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 import zipfile
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ from wheel.wheelfile import WheelFile
 
 from ds4x import __version__
 from ds4x.errors import Ds4xError
+from ds4x.scratch import scratch_dir
 
 PROVENANCE = "ds4x_provenance.json"
 
@@ -106,12 +105,10 @@ def repack(
     tag = "-".join(sorted({f"{t.interpreter}-{t.abi}-{t.platform}" for t in tags}))
     filename = f"{project}-{version}-{tag}.whl"
     new_info = f"{project}-{version}.dist-info"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # Same folder as the result, so the final rename is atomic; WheelFile
-    # needs the real file name, so the temporary part is the folder.
-    scratch = Path(tempfile.mkdtemp(prefix=".ds4x-", dir=out_dir))
-    tmp = scratch / filename
-    try:
+    # Beside the result, so the final rename is atomic; WheelFile needs the
+    # real file name, so the temporary part is the folder.
+    with scratch_dir(".ds4x-", out_dir) as scratch:
+        tmp = scratch / filename
         with zipfile.ZipFile(base_wheel) as src, _source_date(epoch), WheelFile(tmp, "w") as out:
             old_info = _dist_info(src.namelist())
             pending = dict(replace)
@@ -134,8 +131,6 @@ def repack(
             out.writestr(_entry(f"{new_info}/{PROVENANCE}", epoch), json.dumps(record, indent=2, sort_keys=True) + "\n")
         dest = out_dir / filename
         os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     sha = hashlib.sha256(dest.read_bytes()).hexdigest()
     return Built(path=dest, project=str(canonicalize_name(name)), version=version, sha256=sha)
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,6 +12,7 @@ from ds4x import gitops, overlay, series
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger
 from ds4x.sources import Base
+from ds4x.scratch import build_aside, scratch_dir
 
 BASE_REF = "refs/ds4x/base"
 
@@ -78,8 +77,8 @@ def add_overlay(base: Base, tree: Path, layout: Layout) -> dict[str, Path]:
 @contextmanager
 def patched_tree(base: Base, layout: Layout, with_overlay: bool = True) -> Iterator[Path]:
     """A throwaway patched tree; removed whatever happens."""
-    with tempfile.TemporaryDirectory(prefix=f"ds4x-{base.target.name}-") as tmp:
-        tree = Path(tmp) / "tree"
+    with scratch_dir(f"ds4x-{base.target.name}-") as tmp:
+        tree = tmp / "tree"
         apply_series(base, tree, layout)
         if with_overlay:
             add_overlay(base, tree, layout)
@@ -134,12 +133,9 @@ def materialize(base: Base, dest: Path, layout: Layout) -> None:
     """`apply`: a development tree at dest, built aside and renamed into place."""
     if dest.exists():
         raise Ds4xError(f"{dest} exists", "delete it, or pass --dir to another folder")
-    part = dest.with_name(dest.name + ".part")
-    shutil.rmtree(part, ignore_errors=True)
-    try:
+
+    def fill(part: Path) -> None:
         apply_series(base, part, layout)
         add_overlay(base, part, layout)
-    except BaseException:
-        shutil.rmtree(part, ignore_errors=True)
-        raise
-    part.rename(dest)
+
+    build_aside(dest, fill)

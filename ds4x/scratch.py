@@ -1,0 +1,38 @@
+"""Scratch folders that never outlive the operation that made them."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def scratch_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
+    """A new folder under `parent` (default: the system's temporary folder),
+    removed when the block ends, however it ends. Its name is chosen before it
+    is made, so a signal that lands while it is being made (Ctrl-C, SIGTERM)
+    still finds it to remove; tempfile's own helpers only learn the name after."""
+    path = Path(parent or tempfile.gettempdir()) / f"{prefix}{secrets.token_hex(6)}"
+    try:
+        path.mkdir(parents=True)
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def build_aside(dest: Path, fill: Callable[[Path], None]) -> None:
+    """Make `dest` by filling `dest.part`, then renaming it into place: an
+    interrupted or failed build leaves nothing the next run would trust."""
+    part = dest.with_name(dest.name + ".part")
+    shutil.rmtree(part, ignore_errors=True)
+    try:
+        fill(part)
+    except BaseException:
+        shutil.rmtree(part, ignore_errors=True)
+        raise
+    os.replace(part, dest)
