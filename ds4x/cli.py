@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ds4x import __version__, log, pins
-from ds4x.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Ds4xError, InputError, Terminated
+from ds4x.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Ds4xError, InputError, Terminated
 from ds4x.log import logger
 
 if TYPE_CHECKING:
@@ -227,9 +227,25 @@ def parser() -> argparse.ArgumentParser:
         from ds4x import plan
 
         plan.add_arguments(p)
-    except ImportError:
-        pass
+    except (ImportError, Ds4xError):
+        pass  # `plan` then says what is missing when it runs
     return top
+
+
+# what the commands read from the checkout besides the ds4x package
+CHECKOUT = ("pins.toml", "patches", "overlay", "examples")
+STANDALONE = ("doctor", "provenance")  # these need only the package
+
+
+def _check_install(command: str) -> None:
+    """ds4x runs from a checkout (a clone of this repository): a wheel of the
+    tool alone has no patches to apply."""
+    missing = [name for name in CHECKOUT if not (ROOT / name).exists()]
+    if missing and command not in STANDALONE:
+        raise Ds4xError(
+            f"{command} needs the ds4x checkout; {', '.join(missing)} not found beside {ROOT / 'ds4x'}",
+            "run it from a clone of the ds4x repository (python build.py ..., or pip install -e .)",
+        )
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -247,12 +263,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     log.setup(-1 if args.quiet else args.verbose)
-    if args.command not in LIGHT_COMMANDS:
-        from ds4x import gitops
-
-        gitops.isolate_environ()
     try:
+        _check_install(args.command)
+        if args.command not in LIGHT_COMMANDS:
+            from ds4x import gitops
+
+            gitops.isolate_environ()
         return int(args.func(args))
+    except ImportError as e:
+        if "git" in str(e).lower() and not isinstance(e, ModuleNotFoundError):  # GitPython found no git
+            print(f"error: git is needed: {str(e).splitlines()[0]}", file=sys.stderr)
+            print("hint: install git, or point GIT_PYTHON_GIT_EXECUTABLE at it", file=sys.stderr)
+        else:
+            print(f"error: a dependency of ds4x is missing: {e}", file=sys.stderr)
+            print("hint: install ds4x with its dependencies: pip install -e . (from the checkout)", file=sys.stderr)
+        return EXIT_FAILED
     except Ds4xError as e:
         print(f"error: {e}", file=sys.stderr)
         if e.hint:
