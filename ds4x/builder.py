@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from packaging.version import Version
 
-from ds4x import gitops, overlay, series, sources, wheel
+from ds4x import gitops, overlay, proc, series, sources, wheel
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import step
 from ds4x.pins import Artifact, Target
@@ -82,10 +81,7 @@ def _build_from_source(tree: Path, out: Path) -> Path:
     env = {**os.environ, "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST", DEFAULT_CUDA_ARCHS)}
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(tree)]
     with step(f"build kernels from source (TORCH_CUDA_ARCH_LIST={env['TORCH_CUDA_ARCH_LIST']})"):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if done.returncode:
-        tail = "\n".join(done.stdout.splitlines()[-20:] + done.stderr.splitlines()[-20:])
-        raise Ds4xError(f"source build failed: {' '.join(cmd)}\n{tail}", "install the fork's requirements/build/cuda.txt")
+        proc.run(cmd, "install the fork's requirements/build/cuda.txt", env=env)
     return next(out.glob("*.whl"))
 
 

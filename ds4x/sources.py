@@ -14,7 +14,6 @@ import http.client
 import json
 import os
 import re
-import subprocess
 import sys
 import tarfile
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ds4x import gitops
+from ds4x import gitops, proc
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger, progress, step
 from ds4x.pins import Artifact, Target
@@ -88,17 +87,19 @@ def resolve_url(url: str, mirrors: dict[str, str]) -> str:
 
 
 def index_url() -> str:
-    """The user's package index: PIP_INDEX_URL, pip's config, else pip's default."""
+    """The user's package index: PIP_INDEX_URL, pip's config (`pip config list`),
+    else pip's own default."""
     if os.environ.get("PIP_INDEX_URL"):
         return os.environ["PIP_INDEX_URL"]
+    listed = proc.run([sys.executable, "-m", "pip", "config", "list"], "check pip's configuration", check=False)
+    found = dict(re.findall(r"^(\S+?)='(.*)'$", listed.stdout or "", re.M))
     for key in ("global.index-url", "download.index-url", "install.index-url"):
-        found = subprocess.run(
-            [sys.executable, "-m", "pip", "config", "get", key], capture_output=True, text=True
-        )
-        if found.returncode == 0 and found.stdout.strip():
-            return found.stdout.strip()
-    from pip._internal.models.index import PyPI  # pip's default, not ours to name
-
+        if found.get(key):
+            return str(found[key])
+    try:  # pip's default index has no public accessor; it is pip's to name, not ours
+        from pip._internal.models.index import PyPI
+    except ImportError:
+        raise Ds4xError("cannot tell pip's default index", "set PIP_INDEX_URL to your package index") from None
     return str(PyPI.simple_url)
 
 
