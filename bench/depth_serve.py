@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.depth_client import measure, report  # noqa: E402
-from bench.serve import served  # noqa: E402
+from bench.depth_client import measure, report
+from bench.serve import served
 
 BASE = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 REPEATS = 5

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from ds4x.overlay import load_module  # noqa: E402
+from ds4x.overlay import load_module
 
 sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
 

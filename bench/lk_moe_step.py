@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench import depth_sim  # noqa: E402
+from bench import depth_sim
 
 LAYERS, EXPERTS, TOP_K, HIDDEN, INTER = 43, 256, 6, 2048, 1024
 

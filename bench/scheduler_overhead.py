@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "engine"))
-from scheduler_check import THINK, output, request, scheduler  # noqa: E402
-from vllm.utils.hashing import sha256  # noqa: E402
-from vllm.v1.core.kv_cache_utils import init_none_hash  # noqa: E402
-from vllm.v1.outputs import DraftTokenIds  # noqa: E402
+from scheduler_check import THINK, output, request, scheduler
+from vllm.utils.hashing import sha256
+from vllm.v1.core.kv_cache_utils import init_none_hash
+from vllm.v1.outputs import DraftTokenIds
 
 
 def step_times(model: str, policy: str | None, requests: int, steps: int) -> list[float]:

@@ -14,9 +14,9 @@ from ds4x import gitops, overlay, proc, series, sources, wheel
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import step
 from ds4x.pins import Artifact, Target
+from ds4x.scratch import scratch_dir
 from ds4x.sources import Base, Settings
 from ds4x.workspace import Layout, patched_tree
-from ds4x.scratch import scratch_dir
 
 DEFAULT_CUDA_ARCHS = "12.0"  # RTX 5090 (sm_120); override with TORCH_CUDA_ARCH_LIST
 

@@ -12,7 +12,7 @@ from ds4x.errors import InputError
 
 # DEP-3: Subject/From stand for Description/Author; these live in the body.
 REQUIRED_FIELDS = ("Origin", "Forwarded")
-KNOWN_FIELDS = REQUIRED_FIELDS + ("Bug", "Applied-Upstream", "Last-Update", "Reviewed-by")
+KNOWN_FIELDS = (*REQUIRED_FIELDS, "Bug", "Applied-Upstream", "Last-Update", "Reviewed-by")
 _FIELD = re.compile(r"^([A-Z][A-Za-z-]+):\s*(.*)$")
 
 

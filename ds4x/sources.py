@@ -21,9 +21,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ds4x import gitops, proc
@@ -177,12 +177,12 @@ def _stream(url: str, part: Path, label: str) -> str:
 
     def attempt() -> str:
         digest = hashlib.sha256()
-        with urllib.request.urlopen(url, timeout=120) as response, part.open("wb") as out:
-            with progress(int(response.headers.get("Content-Length") or 0) or None, label) as bar:
-                for block in iter(lambda: response.read(1 << 20), b""):
-                    out.write(block)
-                    digest.update(block)
-                    bar.update(len(block))
+        with (urllib.request.urlopen(url, timeout=120) as response, part.open("wb") as out,
+              progress(int(response.headers.get("Content-Length") or 0) or None, label) as bar):
+            for block in iter(lambda: response.read(1 << 20), b""):
+                out.write(block)
+                digest.update(block)
+                bar.update(len(block))
         return digest.hexdigest()
 
     try:

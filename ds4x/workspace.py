@@ -11,8 +11,8 @@ from pathlib import Path
 from ds4x import gitops, overlay, series
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger
-from ds4x.sources import Base
 from ds4x.scratch import build_aside, scratch_dir
+from ds4x.sources import Base
 
 BASE_REF = "refs/ds4x/base"
 

@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.engine.policies import POLICIES  # noqa: E402
+from tests.engine.policies import POLICIES
 
 CASE, OUTDIR, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
 KIND, MODE, *RUNNER = CASE.split("-")
@@ -143,10 +143,10 @@ def prompts(path: str) -> list:
 
 
 def engine_args(path: str) -> dict:
-    kw = dict(model=path, dtype="bfloat16", max_model_len=512, max_num_seqs=4, max_num_batched_tokens=512,
-              gpu_memory_utilization=0.05, seed=0, disable_log_stats=False, enable_prefix_caching=False,
-              attention_config={"backend": "TRITON_ATTN"},
-              kernel_config={"ir_op_priority": {"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}})
+    kw = {"model": path, "dtype": "bfloat16", "max_model_len": 512, "max_num_seqs": 4, "max_num_batched_tokens": 512,
+          "gpu_memory_utilization": 0.05, "seed": 0, "disable_log_stats": False, "enable_prefix_caching": False,
+          "attention_config": {"backend": "TRITON_ATTN"},
+          "kernel_config": {"ir_op_priority": {"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}}}
     if MODE == "eager":
         return {**kw, "enforce_eager": True, "compilation_config": {"mode": 0, "custom_ops": ["none"]}}
     spec = ({"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3, "prompt_lookup_min": 1} if V1
@@ -191,7 +191,7 @@ if __name__ == "__main__":
     t0 = time.time()
     try:
         result = {"ok": True, **run()}
-    except BaseException as e:  # noqa: BLE001 - reported, the harness goes on with the next case
+    except BaseException as e:  # reported; the harness goes on with the next case
         import traceback
 
         traceback.print_exc()

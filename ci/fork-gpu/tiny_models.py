@@ -18,14 +18,14 @@ from safetensors.torch import save_file
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.engine.tiny_model import tokenizer  # noqa: E402
+from tests.engine.tiny_model import tokenizer
 
 
 def target(dest: Path, kind: str) -> None:
     tok = tokenizer(dest)
     torch.manual_seed(0)
-    common = dict(vocab_size=len(tok), max_position_embeddings=4096, initializer_range=0.02,
-                  tie_word_embeddings=True, torch_dtype="bfloat16", bos_token_id=0, eos_token_id=0)
+    common = {"vocab_size": len(tok), "max_position_embeddings": 4096, "initializer_range": 0.02,
+              "tie_word_embeddings": True, "torch_dtype": "bfloat16", "bos_token_id": 0, "eos_token_id": 0}
     if kind == "dense":
         model = Qwen2ForCausalLM(Qwen2Config(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                                              num_attention_heads=2, num_key_value_heads=1, **common))

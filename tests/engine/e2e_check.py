@@ -17,7 +17,7 @@ import os
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ["TORCHDYNAMO_DISABLE"] = "1"
 
-from policies import POLICIES  # noqa: E402  (tests/engine/policies.py, beside this script)
+from policies import POLICIES  # tests/engine/policies.py, beside this script
 
 PROMPTS = {
     # reasoning: the prompt opened <think> and never closed it

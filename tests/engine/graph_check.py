@@ -9,10 +9,9 @@ pool (environment, not the code under test) are stood in for."""
 
 import inspect
 
+from policies import POLICIES
 from vllm.config import ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig, set_current_vllm_config
 from vllm.config.compilation import CUDAGraphMode
-
-from policies import POLICIES
 
 K = 2
 MAX_NUM_SEQS = 4
@@ -41,7 +40,7 @@ def manager(config: VllmConfig):
     from vllm.ds4x.decode_graphs import decode_query_lens
     from vllm.v1.worker.gpu import cudagraph_utils as cu
 
-    cu.get_pp_group = lambda: _Rank()
+    cu.get_pp_group = _Rank
     cu.current_platform.get_global_graph_pool = lambda: None
     with set_current_vllm_config(config):
         return cu.ModelCudaGraphManager(config, "cpu", CUDAGraphMode.FULL_DECODE_ONLY, decode_query_len=1 + K,

@@ -8,6 +8,7 @@ A second run has reasoning requests only ("r1", "r2").
 """
 
 import torch
+from policies import POLICIES
 from vllm.config import (
     CacheConfig,
     ModelConfig,
@@ -26,8 +27,6 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
-
-from policies import POLICIES
 
 BLOCK = 16
 THINK, END_THINK = 1, 2

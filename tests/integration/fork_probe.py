@@ -7,9 +7,9 @@ import sys
 
 sys.path.insert(0, sys.argv[1])
 os.environ["LVLLM_MOE_NUMA_ENABLED"] = "1"
-import vllm.envs as envs  # noqa: E402
-from vllm.ds4x import moe_placement as mp  # noqa: E402
-from vllm.ds4x import moe_residency  # noqa: E402
+import vllm.envs as envs
+from vllm.ds4x import moe_placement as mp
+from vllm.ds4x import moe_residency
 
 out = {}
 for value in ("0,x", "3-1", "-1"):

@@ -5,6 +5,7 @@ policy starts from; refusals before anything is allocated."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def test_curve_grows_with_tokens_and_the_sweep_ran_both_thread_counts(measured: 
     best = min(runs, key=lambda run: run["cases"][0]["ms"])
     assert profile["measured"]["lk_threads"] == best["threads"]
     ms = [case["ms"] for case in best["cases"]]
-    assert ms[2] > ms[0] and all(b >= 0.9 * a for a, b in zip(ms, ms[1:]))  # cost follows distinct experts
+    assert ms[2] > ms[0] and all(b >= 0.9 * a for a, b in itertools.pairwise(ms))  # cost follows distinct experts
     slow = [run for run in runs if run["cases"][0]["ms"] > 1.5 * best["cases"][0]["ms"]]
     for run in slow:  # every jump is named with its numbers
         assert f"warning: LK_THREADS={run['threads']}:" in out

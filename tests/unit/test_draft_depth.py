@@ -4,6 +4,8 @@ The module under test is the overlay shipped in both vLLM wheels."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from ds4x.overlay import load_module
@@ -178,7 +180,7 @@ def near_tie(hold_steps: int, hysteresis: float) -> list[int]:
 
 def test_hysteresis_prevents_flapping_and_stays_near_the_best() -> None:
     def switches(depths: list[int]) -> int:
-        return sum(a != b for a, b in zip(depths, depths[1:]))
+        return sum(a != b for a, b in itertools.pairwise(depths))
 
     steady, loose = near_tie(4, 0.01), near_tie(0, 0.0)
     assert switches(steady) * 2 < switches(loose)

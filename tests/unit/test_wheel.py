@@ -73,7 +73,7 @@ def test_repack_replaces_deletes_adds_and_records(tmp_path: Path) -> None:
 
 def test_repack_is_reproducible(tmp_path: Path) -> None:
     base = make_wheel(tmp_path / "in", {"demo/a.py": "a = 1\n"})
-    kwargs = dict(replace={"demo/a.py": b"a = 2\n"}, version="1.0+ds4x.x", provenance={}, epoch=1700000000)
+    kwargs = {"replace": {"demo/a.py": b"a = 2\n"}, "version": "1.0+ds4x.x", "provenance": {}, "epoch": 1700000000}
     first = wheel.repack(base, out_dir=tmp_path / "one", **kwargs)  # type: ignore[arg-type]
     second = wheel.repack(base, out_dir=tmp_path / "two", **kwargs)  # type: ignore[arg-type]
     assert first.sha256 == second.sha256
