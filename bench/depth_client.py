@@ -19,6 +19,7 @@ import re
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
 
 TASK = (
     "You are a coding agent. The repository has src/app.py with a function load_config(path) that "
@@ -57,7 +58,7 @@ class StreamResult:
 
 
 def stream_chat(base_url: str, model: str, prompt: str = TASK, max_tokens: int = 256,
-                extra: dict | None = None, timeout: float = 600) -> StreamResult:
+                extra: dict[str, Any] | None = None, timeout: float = 600) -> StreamResult:
     """One streamed chat completion. Token counts come from the running usage
     the server sends with each chunk (a chunk can carry several accepted tokens)."""
     body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
@@ -128,14 +129,14 @@ def by_phase(before: dict[str, float], after: dict[str, float]) -> dict[str, dic
     return out
 
 
-def measure(base_url: str, model: str, max_tokens: int = 256, extra: dict | None = None) -> dict:
+def measure(base_url: str, model: str, max_tokens: int = 256, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     before = scrape(base_url)
     result = stream_chat(base_url, model, max_tokens=max_tokens, extra=extra)
     spec = by_phase(before, scrape(base_url))
     return {phase: {"tokens": t.tokens, "tok_per_s": t.tok_per_s, **spec[phase]} for phase, t in result.phases.items()}
 
 
-def report(label: str, figures: dict) -> str:
+def report(label: str, figures: dict[str, Any]) -> str:
     rows = [f"{label}:"]
     for phase, f in figures.items():
         rows.append(f"  {phase:<9} {f['tokens']:>5} tokens  {f['tok_per_s']:8.2f} tok/s  "

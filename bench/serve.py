@@ -11,6 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -20,7 +21,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def served(python: Path, model: Path, speculative: dict | None, log: Path, deadline_s: float = 600,
+def served(python: Path, model: Path, speculative: dict[str, Any] | None, log: Path, deadline_s: float = 600,
            eager: bool = False) -> Iterator[str]:
     """Yields the base URL (http://127.0.0.1:PORT/v1) once /health answers.
     eager: no torch.compile, vLLM's or its samplers' (tests: the C++ builds take

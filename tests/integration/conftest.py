@@ -10,6 +10,7 @@ import subprocess
 import venv
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,12 +114,12 @@ def tiny_model(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="session")
-def engine_checks(engine_python: Path, tiny_model: Path) -> dict:
+def engine_checks(engine_python: Path, tiny_model: Path) -> dict[str, Any]:
     """tests/engine/checks.py on our vLLM 0.27.1 wheel: scheduler and graph tables, e2e runs."""
     return engine_json(engine_python, "checks.py", tiny_model, "--e2e", timeout=1800)
 
 
-def engine_json(python: Path, script: str, *args: object, timeout: int = 900, env: dict | None = None) -> dict:
+def engine_json(python: Path, script: str, *args: object, timeout: int = 900, env: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run a tests/engine script in the engine venv; its last stdout line is JSON.
 
     The script runs in a session of its own: on timeout the whole group goes,

@@ -14,8 +14,9 @@ for lib in sys.argv[4:]:
     ctypes.CDLL({"real": real, "stub": stub}[lib])
 with open("/proc/self/maps") as f:
     order = [line.split()[-1] for line in f if "cudart" in line]
-result = {"maps_order": list(dict.fromkeys(order))}
+result: dict[str, object] = {"maps_order": list(dict.fromkeys(order))}
 spec = importlib.util.spec_from_file_location("cuda_ipc", cuda_ipc)
+assert spec is not None and spec.loader is not None
 module = importlib.util.module_from_spec(spec)
 try:
     spec.loader.exec_module(module)  # `cudart = CudaRTLibrary()` runs here, as at start-up

@@ -11,7 +11,7 @@ import vllm.envs as envs
 from vllm.ds4x import moe_placement as mp
 from vllm.ds4x import moe_residency
 
-out = {}
+out: dict[str, object] = {}
 for value in ("0,x", "3-1", "-1"):
     os.environ["LVLLM_GPU_RESIDENT_MOE_LAYERS"] = value
     try:

@@ -5,29 +5,31 @@ reasoning requests alone, answer requests alone, then both together
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def runs(engine_checks: dict) -> dict:
+def runs(engine_checks: dict[str, Any]) -> dict[str, Any]:
     return dict(engine_checks["e2e"])
 
 
-def metric(run: dict, name: str, **labels: str) -> float:
+def metric(run: dict[str, Any], name: str, **labels: str) -> float:
     label = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
     return float(run["metrics"][f"vllm:spec_decode_{name}{{{label}}}"])
 
 
 @pytest.mark.parametrize("policy", ["phase 1/2", "phase 0/2"])
-def test_greedy_outputs_equal_the_non_speculative_run(runs: dict, policy: str) -> None:
+def test_greedy_outputs_equal_the_non_speculative_run(runs: dict[str, Any], policy: str) -> None:
     tokens = runs[policy]["tokens"]
     assert len(tokens) == 8 and all(len(t) == 40 for t in tokens.values())
     assert tokens == runs["plain"]["tokens"]
 
 
-def test_phase_12_verifies_one_draft_while_only_reasoning(runs: dict) -> None:
+def test_phase_12_verifies_one_draft_while_only_reasoning(runs: dict[str, Any]) -> None:
     run = runs["phase 1/2"]
     assert metric(run, "depth", depth="1") > 0  # the reasoning-only batch
     assert metric(run, "chosen_depth", depth="1") > 0
@@ -41,7 +43,7 @@ def test_phase_12_verifies_one_draft_while_only_reasoning(runs: dict) -> None:
                                                  + metric(run, "num_accepted_tokens_by_phase", phase="reasoning"))
 
 
-def test_phase_02_verifies_nothing_while_only_reasoning(runs: dict) -> None:
+def test_phase_02_verifies_nothing_while_only_reasoning(runs: dict[str, Any]) -> None:
     run = runs["phase 0/2"]
     assert metric(run, "chosen_depth", depth="1") == 0  # 0 while reasoning, 2 answering
     # reasoning requests chose 0 and were verified only when batched with answers, at depth 2

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,7 +70,7 @@ def test_python_m_vllm_ds4x_measure_in_the_fork(patched_fork: Path, engine_pytho
 
 
 @pytest.fixture(scope="module")
-def fork_checks(patched_fork: Path, engine_python: Path, tiny_model: Path) -> dict:
+def fork_checks(patched_fork: Path, engine_python: Path, tiny_model: Path) -> dict[str, Any]:
     """tests/engine/checks.py on the patched fork's own scheduler and graph
     manager (its Python tree first on the path, CPU platform named)."""
     env = {**os.environ, "PYTHONPATH": str(patched_fork)}
@@ -80,7 +81,7 @@ def fork_checks(patched_fork: Path, engine_python: Path, tiny_model: Path) -> di
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_fork_scheduler_verifies_one_depth_per_batch(fork_checks: dict) -> None:
+def test_fork_scheduler_verifies_one_depth_per_batch(fork_checks: dict[str, Any]) -> None:
     """The same scheduler-level run as for vLLM 0.27.1."""
     out = fork_checks["scheduler"]["phase 0/2"]
     assert out["sync"]["scheduled_drafts"] == {"r": 2, "a": 2, "o": 2}
@@ -95,7 +96,7 @@ def test_fork_scheduler_verifies_one_depth_per_batch(fork_checks: dict) -> None:
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_fork_graph_manager_has_a_graph_for_every_depth(fork_checks: dict) -> None:
+def test_fork_graph_manager_has_a_graph_for_every_depth(fork_checks: dict[str, Any]) -> None:
     """The fork's model runner v2 graph manager, built on CPU for each policy."""
     out = fork_checks["graphs"]["v2"]
     assert out["fixed"]["graphs"] == ["t12:r4:q3", "t3:r1:q3", "t6:r2:q3", "t9:r3:q3"]  # vLLM's own sizes
@@ -111,7 +112,7 @@ def test_fork_graph_manager_has_a_graph_for_every_depth(fork_checks: dict) -> No
 
 @pytest.mark.slow
 @pytest.mark.network
-def test_fork_v1_dispatcher_has_a_graph_for_every_depth(fork_checks: dict) -> None:
+def test_fork_v1_dispatcher_has_a_graph_for_every_depth(fork_checks: dict[str, Any]) -> None:
     """The fork's model runner v1 dispatcher (n-gram's runner), keys built on CPU
     for each policy: the request counts of vLLM's own 1+K sizes at every depth."""
     out = fork_checks["graphs"]["v1"]

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ def config(tmp_path: Path, **changes: object) -> Path:
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory, lk_python: Path) -> tuple[str, dict]:
+def measured(tmp_path_factory: pytest.TempPathFactory, lk_python: Path) -> tuple[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("measure")
     done = plan("--config", config(tmp), "--python", lk_python, "--threads", 1, 2, "--budget", 6,
                 "--profile-out", tmp / "profile.json", cwd=tmp)
@@ -42,7 +43,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory, lk_python: Path) -> tuple
     return done.stdout, json.loads((tmp / "profile.json").read_text())
 
 
-def test_curve_grows_with_tokens_and_the_sweep_ran_both_thread_counts(measured: tuple[str, dict]) -> None:
+def test_curve_grows_with_tokens_and_the_sweep_ran_both_thread_counts(measured: tuple[str, dict[str, Any]]) -> None:
     out, profile = measured
     runs = profile["measured"]["runs"]
     assert [run["threads"] for run in runs] == [1, 2]
@@ -64,7 +65,7 @@ def test_curve_grows_with_tokens_and_the_sweep_ran_both_thread_counts(measured: 
         assert policy in profile["measured"]["predicted_tok_s"] and f"\n{policy} " in out
 
 
-def test_profile_is_what_the_adaptive_policy_starts_from(measured: tuple[str, dict]) -> None:
+def test_profile_is_what_the_adaptive_policy_starts_from(measured: tuple[str, dict[str, Any]]) -> None:
     out, profile = measured
     dd = load_module("vllm-common/vllm/ds4x/draft_depth.py")
     config = dd.DraftDepthConfig.from_dict(profile["draft_depth"], 2)
@@ -74,7 +75,7 @@ def test_profile_is_what_the_adaptive_policy_starts_from(measured: tuple[str, di
     assert json.dumps(profile["draft_depth"]) in out  # the --speculative-config it prints
 
 
-def test_bench_simulator_reads_the_profile(measured: tuple[str, dict], tmp_path: Path) -> None:
+def test_bench_simulator_reads_the_profile(measured: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
     (tmp_path / "p.json").write_text(json.dumps(measured[1]))
     done = subprocess.run([sys.executable, ROOT / "bench" / "depth_sim.py", "--profile", tmp_path / "p.json",
                            "--seeds", "2", "--reasoning-tokens", "200", "--answer-tokens", "100"],
@@ -96,7 +97,7 @@ def test_bench_simulator_reads_the_profile(measured: tuple[str, dict], tmp_path:
          "while lk_moe copies it in"),
     ],
 )
-def test_refused_before_measuring(tmp_path: Path, lk_python: Path, args: list[str], changes: dict, code: int,
+def test_refused_before_measuring(tmp_path: Path, lk_python: Path, args: list[str], changes: dict[str, Any], code: int,
                                   message: str) -> None:
     done = plan("--config", config(tmp_path, **changes), "--python", lk_python, *args, cwd=tmp_path)
     assert (done.returncode, done.stdout) == (code, ""), done.stderr

@@ -47,7 +47,7 @@ def test_vllm_wheel_installs_and_reports_provenance(tmp_path: Path, repo_pins: p
     venv.create(env_dir, with_pip=True)
     python = env_dir / "bin" / "python"
     # the README's install line: pip checks each file against its pinned hash
-    install = [python, "-m", "pip", "install", "-q", "--no-deps", "--require-hashes", "--no-index",
+    install: list[str | Path] = [python, "-m", "pip", "install", "-q", "--no-deps", "--require-hashes", "--no-index",
                "--find-links", dist, "-r", dist / "constraints.txt"]
     constraints = (dist / "constraints.txt").read_text()
     digest = hashlib.sha256(built.read_bytes()).hexdigest()

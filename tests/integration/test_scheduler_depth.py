@@ -5,22 +5,24 @@ length (and its CUDA graph)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def phase(engine_checks: dict) -> dict:
+def phase(engine_checks: dict[str, Any]) -> dict[str, Any]:
     return dict(engine_checks["scheduler"]["phase 1/2"])
 
 
 @pytest.fixture(scope="module")
-def phase_02(engine_checks: dict) -> dict:
+def phase_02(engine_checks: dict[str, Any]) -> dict[str, Any]:
     return dict(engine_checks["scheduler"]["phase 0/2"])
 
 
-def check_mixed_batch(out: dict) -> None:
+def check_mixed_batch(out: dict[str, Any]) -> None:
     """r reasons (depth 1), a answers (2), o asked for 0: the batch verifies 2."""
     sync = out["sync"]
     assert sync["scheduled_drafts"] == {"r": 2, "a": 2, "o": 2}
@@ -35,12 +37,12 @@ def check_mixed_batch(out: dict) -> None:
     assert sync["after_end_think"] == {"r": 2, "a": 2, "o": 2}
 
 
-def test_mixed_phases_verify_one_depth(phase: dict, phase_02: dict) -> None:
+def test_mixed_phases_verify_one_depth(phase: dict[str, Any], phase_02: dict[str, Any]) -> None:
     check_mixed_batch(phase)
     check_mixed_batch(phase_02)
 
 
-def test_stats_count_chosen_and_verified_depth(phase: dict) -> None:
+def test_stats_count_chosen_and_verified_depth(phase: dict[str, Any]) -> None:
     assert phase["sync"]["stats"] == {
         "drafts": 3, "draft_tokens": 6, "accepted": 1,
         "by_phase": {"drafts": {"reasoning": 2, "answer": 1}, "draft_tokens": {"reasoning": 4, "answer": 2},
@@ -49,7 +51,7 @@ def test_stats_count_chosen_and_verified_depth(phase: dict) -> None:
     }
 
 
-def test_reasoning_batch_verifies_the_reasoning_depth(phase: dict) -> None:
+def test_reasoning_batch_verifies_the_reasoning_depth(phase: dict[str, Any]) -> None:
     sync = phase["sync_reasoning"]
     assert sync["scheduled_drafts"] == {"r1": 1, "r2": 1}
     assert sync["scheduled_tokens"] == {"r1": 2, "r2": 2}
@@ -57,7 +59,7 @@ def test_reasoning_batch_verifies_the_reasoning_depth(phase: dict) -> None:
     assert sync["after_end_think"] == {"r1": 2, "r2": 2}  # r1 answers now: the batch verifies 2
 
 
-def test_depth_zero_schedules_no_drafts(phase_02: dict) -> None:
+def test_depth_zero_schedules_no_drafts(phase_02: dict[str, Any]) -> None:
     sync = phase_02["sync_reasoning"]
     assert sync["scheduled_drafts"] == {"r1": 0, "r2": 0}
     assert sync["scheduled_tokens"] == {"r1": 1, "r2": 1}
@@ -70,7 +72,7 @@ def test_depth_zero_schedules_no_drafts(phase_02: dict) -> None:
     assert asynchronous["computed_after"] == {"r1": 5, "r2": 5}
 
 
-def test_async_placeholders_stay_whole_until_scheduled(phase: dict) -> None:
+def test_async_placeholders_stay_whole_until_scheduled(phase: dict[str, Any]) -> None:
     asynchronous = phase["async"]
     assert asynchronous["placeholders"] == {"r": [-1, -1], "a": [-1, -1]}  # vLLM's shared list, K_max long
     assert asynchronous["scheduled_drafts"] == {"r": 2, "a": 2}  # mixed phases: one depth, 2
@@ -84,7 +86,7 @@ def test_async_placeholders_stay_whole_until_scheduled(phase: dict) -> None:
     assert reasoning["computed_after"] == {"r1": 5, "r2": 5}  # its one draft rejected
 
 
-def test_fixed_policy_schedules_as_vllm_does(engine_checks: dict) -> None:
+def test_fixed_policy_schedules_as_vllm_does(engine_checks: dict[str, Any]) -> None:
     fixed = engine_checks["scheduler"]["fixed"]
     assert fixed["sync"]["scheduled_drafts"] == {"r": 2, "a": 2, "o": 2}  # a client's 0 rounds up: no graph at 0
     assert fixed["sync_reasoning"]["scheduled_drafts"] == {"r1": 2, "r2": 2}

@@ -5,6 +5,7 @@ The module under test is the overlay shipped in both vLLM wheels."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ THINK, END_THINK = 1, 2
 TOOL_MARKER = (7, 8, 9)  # e.g. "<｜DSML｜tool_calls>" as three tokens
 
 
-def tracker() -> object:
+def tracker() -> Any:
     return dd.PhaseTracker([[THINK]], [[END_THINK], list(TOOL_MARKER)])
 
 
@@ -61,7 +62,7 @@ def test_partial_marker_does_not_end_reasoning() -> None:
         ({"policy": "adaptive", "step_cost": [1, 2]}, "speculative_config.draft_depth.step_cost: expected 3 positive costs"),
     ],
 )
-def test_config_errors_name_the_field(raw: dict, message: str) -> None:
+def test_config_errors_name_the_field(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(dd.DraftDepthError) as caught:
         dd.DraftDepthConfig.from_dict(raw, k_max=2)
     assert str(caught.value).startswith(message)
@@ -131,14 +132,14 @@ def test_batched_acceptance_update() -> None:
 CPU_COST = [1.0, 1.75, 2.44]  # DESIGN.md: lk_moe cost by tokens verified
 
 
-def adaptive(**extra: object) -> object:
+def adaptive(**extra: object) -> Any:
     # explore_steps 0: the step costs are given, nothing to time first
     config = dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": CPU_COST, "explore_steps": 0,
                                             **extra}, 2)
     return dd.DepthPolicy(config, 2, tracker())
 
 
-def feed(policy: object, rid: str, acceptance: float, steps: int, rng_seed: int = 0) -> list[int]:
+def feed(policy: Any, rid: str, acceptance: float, steps: int, rng_seed: int = 0) -> list[int]:
     import random
 
     rng = random.Random(rng_seed)
@@ -163,7 +164,7 @@ def test_adaptive_picks_the_best_depth_for_each_regime() -> None:
     policy.add("high", [THINK, END_THINK], None)
     tail = feed(policy, "high", 0.9, 300)[-100:]
     rates = {d: dd.expected_tokens([0.9, 0.9], d) / CPU_COST[d] for d in range(3)}
-    assert max(set(tail), key=tail.count) == max(rates, key=rates.get)
+    assert max(set(tail), key=tail.count) == max(rates, key=lambda d: rates[d])
     flat = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive", "explore_steps": 0}, 2), 2, tracker())
     flat.add("g", [THINK, END_THINK], None)
     assert feed(flat, "g", 0.6, 100)[-20:] == [2] * 20
@@ -246,7 +247,7 @@ def test_live_step_costs_replace_the_prior() -> None:
         ({"graph_depths": [2, 0]}, (0, 2), (0, 2, 2)),
     ],
 )
-def test_verify_depths_and_batch_depth(raw: dict | None, depths: tuple[int, ...], table: tuple[int, ...]) -> None:
+def test_verify_depths_and_batch_depth(raw: dict[str, Any] | None, depths: tuple[int, ...], table: tuple[int, ...]) -> None:
     config = dd.DraftDepthConfig.from_dict(raw, 2)
     assert config.verify_depths(2) == depths
     assert dd.batch_depth_table(depths, 2) == table

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from ds4x.plan import EXAMPLE
 LONG = "9" * 5000
 
 
-def example(**changes: object) -> dict:
+def example(**changes: object) -> dict[str, Any]:
     return {**json.loads(EXAMPLE.read_text()), **changes}
 
 

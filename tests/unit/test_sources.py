@@ -59,7 +59,8 @@ class Index:
     answer; every request path is logged."""
 
     def __init__(self) -> None:
-        self.html, self.drops, self.requests = False, 0, []
+        self.html, self.drops = False, 0
+        self.requests: list[str] = []
         index = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
