@@ -23,7 +23,11 @@ def interrupted_build(tmp_path: Path, sig: signal.Signals, when: str) -> tuple[i
     """Start `wheel --target vllm`, send `sig` once its log shows `when`."""
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
     (tmp_path / "tmp").mkdir()
-    build = subprocess.Popen([sys.executable, ROOT / "build.py", "wheel", "--target", "vllm", "--dist",
+    # a shell that started this run in the background may have left SIGINT ignored; from a
+    # terminal Ctrl-C reaches Python as KeyboardInterrupt, so the build starts with that handler
+    start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+             "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    build = subprocess.Popen([sys.executable, "-c", start, ROOT / "build.py", "wheel", "--target", "vllm", "--dist",
                               tmp_path / "dist"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env=env, cwd=ROOT)
     assert build.stdout
