@@ -11,6 +11,7 @@ from typing import Any
 from packaging.version import Version
 
 from ds4x import gitops, overlay, proc, series, sources, wheel
+from ds4x.digest import sha256_file
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import step
 from ds4x.pins import Artifact, Target
@@ -105,7 +106,7 @@ def _python_changes(base: Base, tree: Path, kernels: Path, files: list[str]) -> 
 def _inputs(target: Target, layout: Layout) -> tuple[dict[str, bytes], list[dict[str, Any]], dict[str, str]]:
     entries = series.parse_series(layout.series(target.name))
     patches = [
-        {"name": e.name, "sha256": sources.sha256_file(e.path), **series.read_info(e).fields} for e in entries
+        {"name": e.name, "sha256": sha256_file(e.path), **series.read_info(e).fields} for e in entries
     ]
     files = overlay.overlay_files(layout.overlays, target.overlays)
     parts = {f"patch/{e.name}": e.path.read_bytes() for e in entries}
@@ -139,7 +140,7 @@ def build(target: Target, settings: Settings, layout: Layout, kernels: str | Non
         provenance = {
             "target": target.name,
             "source": base.origin,
-            "kernels": {"wheel": kernel_wheel.name, "sha256": sources.sha256_file(kernel_wheel)},
+            "kernels": {"wheel": kernel_wheel.name, "sha256": sha256_file(kernel_wheel)},
             "patches": patches,
             "overlay": overlay_sums,
             "digest": digest,

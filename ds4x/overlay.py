@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
 
+from ds4x.digest import sha256_file
 from ds4x.errors import InputError
 
 
@@ -39,7 +39,7 @@ def copy_into(files: dict[str, Path], tree: Path) -> None:
 
 
 def digest(files: dict[str, Path]) -> dict[str, str]:
-    return {rel: hashlib.sha256(path.read_bytes()).hexdigest() for rel, path in sorted(files.items())}
+    return {rel: sha256_file(path) for rel, path in sorted(files.items())}
 
 
 OVERLAYS = Path(__file__).resolve().parent.parent / "overlay"

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ds4x import gitops, proc
+from ds4x.digest import BLOCK, sha256_file
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger, progress, step
 from ds4x.pins import Artifact, Target
@@ -162,14 +163,6 @@ def _file_url(artifact: Artifact) -> str:
     return str(urllib.parse.urljoin(page, urls[artifact.filename])).split("#", 1)[0]
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _stream(url: str, part: Path, label: str) -> str:
     """Download to `part`, hashing as it goes; returns the sha256. A transient
     failure starts the file again (a few times, with growing pauses)."""
@@ -179,7 +172,7 @@ def _stream(url: str, part: Path, label: str) -> str:
         digest = hashlib.sha256()
         with (urllib.request.urlopen(url, timeout=120) as response, part.open("wb") as out,
               progress(int(response.headers.get("Content-Length") or 0) or None, label) as bar):
-            for block in iter(lambda: response.read(1 << 20), b""):
+            for block in iter(lambda: response.read(BLOCK), b""):
                 out.write(block)
                 digest.update(block)
                 bar.update(len(block))

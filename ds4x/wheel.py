@@ -24,6 +24,7 @@ from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 from ds4x import __version__
+from ds4x.digest import sha256_file
 from ds4x.errors import Ds4xError
 from ds4x.scratch import scratch_dir
 
@@ -131,7 +132,7 @@ def repack(
             out.writestr(_entry(f"{new_info}/{PROVENANCE}", epoch), json.dumps(record, indent=2, sort_keys=True) + "\n")
         dest = out_dir / filename
         os.replace(tmp, dest)
-    sha = hashlib.sha256(dest.read_bytes()).hexdigest()
+    sha = sha256_file(dest)
     return Built(path=dest, project=str(canonicalize_name(name)), version=version, sha256=sha)
 
 
