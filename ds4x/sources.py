@@ -97,11 +97,12 @@ def index_url() -> str:
     for key in ("global.index-url", "download.index-url", "install.index-url"):
         if found.get(key):
             return str(found[key])
-    try:  # pip's default index has no public accessor; it is pip's to name, not ours
-        from pip._internal.models.index import PyPI
-    except ImportError:
-        raise Ds4xError("cannot tell pip's default index", "set PIP_INDEX_URL to your package index") from None
-    return str(PyPI.simple_url)
+    # pip's own default, as its help states it: it is pip's to name, not ours
+    usage = proc.run([sys.executable, "-m", "pip", "download", "--help"], "check pip", check=False).stdout or ""
+    default = re.search(r"--index-url <url> Base URL of the Python Package Index \(default (\S+?)\)", " ".join(usage.split()))
+    if not default:
+        raise Ds4xError("cannot tell pip's default index from `pip download --help`", "set PIP_INDEX_URL to your index")
+    return default[1]
 
 
 RETRY_DELAYS = (1.0, 4.0, 15.0)  # seconds before each retry of a transient network failure

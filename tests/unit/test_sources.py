@@ -3,6 +3,9 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -183,3 +186,17 @@ def test_fetch_url_streams_into_the_cache(index: str, tmp_path: Path) -> None:
     with pytest.raises(Ds4xError, match="cannot download missing.whl"):
         sources.fetch_url(f"{index}/files/missing.whl", sources.Settings(cache=tmp_path))
     assert files(tmp_path / "downloads") == ["by-url/demo-1.0.whl"]
+
+
+@pytest.mark.parametrize("configured", [True, False])
+def test_the_index_comes_from_pip_and_never_from_its_internals(tmp_path: Path, configured: bool) -> None:
+    """pip's config when it names an index, else the default pip states in its own help."""
+    config = tmp_path / "pip.conf"
+    config.write_text("[global]\nindex-url = http://127.0.0.1:1/simple\n" if configured else "")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    code = "import sys; from ds4x import sources; print(sources.index_url()); print('pip' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], env={**env, "PIP_CONFIG_FILE": str(config)},
+                          capture_output=True, text=True, check=True)
+    url, imported_pip = done.stdout.split()
+    assert imported_pip == "False"
+    assert url == "http://127.0.0.1:1/simple" if configured else url.startswith("https://") and url.endswith("/simple")
