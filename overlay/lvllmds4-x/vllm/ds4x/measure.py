@@ -24,7 +24,12 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from .moe_placement import ModelShape
 
 FORMATS = {"fp4": "mxfp4", "bf16": "bf16"}  # expert dtype of the config -> lk_moe class
 GROUP = 32  # MXFP4: one e8m0 scale per 32 weights along K
@@ -47,7 +52,7 @@ class MeasureError(Exception):
 # ---- the worker: one process per LK_THREADS value, lk_moe imported only here
 
 
-def _layer(spec: dict):
+def _layer(spec: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
     """lk_moe's engine over one random layer, and the arrays it reads."""
     import lk_moe
     import numpy as np
@@ -91,7 +96,7 @@ def _layer(spec: dict):
     return moe, (w13, w2)
 
 
-def _caller(moe, spec: dict, tokens: int):
+def _caller(moe: Any, spec: dict[str, Any], tokens: int) -> tuple[str, Callable[[Any], None], Callable[[Any], Any]]:
     """One layer call for `tokens` tokens routed by ids (int32 [tokens, top_k]):
     cpu_decode on a CUDA stream with inputs on the GPU, as inside the engine's
     graphs, when torch sees a GPU; cpu_prefill on host buffers otherwise."""
@@ -116,9 +121,9 @@ def _caller(moe, spec: dict, tokens: int):
     x_gpu = torch.randn(tokens, hidden, device="cuda").bfloat16()
     w_gpu = torch.from_numpy(weights).cuda()
     out_gpu = torch.empty(spec["max_tokens"], hidden, device="cuda")
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call, unused-ignore]
 
-    def decode(ids_gpu) -> None:
+    def decode(ids_gpu: Any) -> None:
         moe.cpu_decode(stream.cuda_stream, tokens, top_k, x_gpu.data_ptr(), ids_gpu.data_ptr(), w_gpu.data_ptr(),
                        out_gpu.data_ptr())
         stream.synchronize()
@@ -126,13 +131,13 @@ def _caller(moe, spec: dict, tokens: int):
     return "cpu_decode", decode, lambda ids: torch.from_numpy(ids).cuda()
 
 
-def worker(spec: dict) -> dict:
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
     """Median ms per layer call and mean distinct experts for each token count,
     each within its share of the time budget (at least 3 calls); with
     `bandwidth`, RAM read bandwidth first."""
     import numpy as np
 
-    result: dict = {"threads": int(os.environ.get("LK_THREADS", "0"))}
+    result: dict[str, Any] = {"threads": int(os.environ.get("LK_THREADS", "0"))}
     if spec.get("bandwidth"):
         result["ram_gbs"] = ram_read_gbs(spec["bandwidth"])
     moe, arrays = _layer(spec)
@@ -143,7 +148,8 @@ def worker(spec: dict) -> dict:
     cases, path = [], ""
     for tokens in spec["tokens"]:
         path, call, place = _caller(moe, spec, tokens)
-        samples, distinct = [], []
+        samples: list[float] = []
+        distinct: list[int] = []
         end = time.perf_counter() + share
         while len(samples) < 3 or (time.perf_counter() < end and len(samples) < 500):
             ids = np.argsort(rng.random((tokens, experts)), axis=1)[:, :top_k].astype(np.int32)
@@ -192,7 +198,7 @@ def thread_counts(cores: int) -> list[int]:
     return sorted({max(1, cores // 4), max(1, cores // 2), max(1, cores * 3 // 4), cores})
 
 
-def layer_spec(shape, fmt: str, k: int, max_num_seqs: int) -> dict:
+def layer_spec(shape: ModelShape, fmt: str, k: int, max_num_seqs: int) -> dict[str, Any]:
     if shape.hidden % GROUP or shape.moe_intermediate % GROUP:
         raise MeasureError(f"hidden_size {shape.hidden} and moe_intermediate_size {shape.moe_intermediate} must be "
                            f"multiples of {GROUP} for lk_moe's expert formats")
@@ -201,9 +207,9 @@ def layer_spec(shape, fmt: str, k: int, max_num_seqs: int) -> dict:
             "inter": shape.moe_intermediate, "format": fmt, "tokens": tokens, "max_tokens": max(tokens)}
 
 
-def layer_bytes(spec: dict) -> int:
+def layer_bytes(spec: dict[str, Any]) -> int:
     params = spec["experts"] * 3 * spec["hidden"] * spec["inter"]
-    return params * 2 if spec["format"] == "bf16" else params // 2 + params // GROUP
+    return cast(int, params * 2 if spec["format"] == "bf16" else params // 2 + params // GROUP)
 
 
 def check_python(python: str) -> None:
@@ -213,12 +219,13 @@ def check_python(python: str) -> None:
                            f"installed (cp312 wheels only)")
 
 
-def run_workers(spec: dict, threads: list[int], budget_s: float, python: str, bandwidth_bytes: int) -> list[dict]:
+def run_workers(spec: dict[str, Any], threads: list[int], budget_s: float, python: str,
+                bandwidth_bytes: int) -> list[dict[str, Any]]:
     """One process per LK_THREADS value (the first also reads RAM bandwidth);
     one that overruns its budget by ten minutes is killed."""
     from tqdm import tqdm
 
-    runs: list[dict] = []
+    runs: list[dict[str, Any]] = []
     for count in tqdm(threads, desc="LK_THREADS", unit="setting", disable=not sys.stderr.isatty()):
         env = {**os.environ, "LK_THREADS": str(count)}
         job = {**spec, "budget_s": budget_s / len(threads), "bandwidth": 0 if runs else bandwidth_bytes}
@@ -236,10 +243,10 @@ def run_workers(spec: dict, threads: list[int], budget_s: float, python: str, ba
     return runs
 
 
-def thread_warnings(runs: list[dict]) -> tuple[dict, list[str]]:
+def thread_warnings(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
     """The fastest run at one token, and a warning for every much slower one."""
-    def one_token(run: dict) -> float:
-        return run["cases"][0]["ms"]
+    def one_token(run: dict[str, Any]) -> float:
+        return float(run["cases"][0]["ms"])
 
     best = min(runs, key=one_token)
     warnings = [f"LK_THREADS={run['threads']}: {one_token(run):.2f} ms a layer call, {one_token(run) / one_token(best):.1f}x "
@@ -248,7 +255,7 @@ def thread_warnings(runs: list[dict]) -> tuple[dict, list[str]]:
     return best, warnings
 
 
-def curve_table(run: dict, spec: dict, moe_layers: int) -> list[str]:
+def curve_table(run: dict[str, Any], spec: dict[str, Any], moe_layers: int) -> list[str]:
     expert_bytes = layer_bytes(spec) / spec["experts"]
     lines = [f"{'tokens':>6} {'distinct experts':>17} {'ms/layer':>9} {'ms/step':>8} {'GB/s':>6}"]
     for case in run["cases"]:
@@ -257,14 +264,14 @@ def curve_table(run: dict, spec: dict, moe_layers: int) -> list[str]:
     return lines
 
 
-def step_seconds(run: dict, k: int, moe_layers: int, gpu_ms: float) -> list[float]:
+def step_seconds(run: dict[str, Any], k: int, moe_layers: int, gpu_ms: float) -> list[float]:
     """One request's step verifying 1..K+1 tokens: the measured CPU MoE part
     for every MoE layer, plus the GPU side."""
     by_tokens = {case["tokens"]: case["ms"] for case in run["cases"]}
     return [(by_tokens[n] * moe_layers + gpu_ms) / 1000 for n in range(1, k + 2)]
 
 
-def plot(path: Path, runs: list[dict], moe_layers: int) -> None:
+def plot(path: Path, runs: list[dict[str, Any]], moe_layers: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")

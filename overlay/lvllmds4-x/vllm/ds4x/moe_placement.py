@@ -27,7 +27,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 LAYERS_ENV = "LVLLM_GPU_RESIDENT_MOE_LAYERS"
 DRAFT_ENV = "LVLLM_GPU_RESIDENT_DRAFT_LAYERS"
@@ -225,7 +225,7 @@ def _non_expert_bytes(c: Mapping[str, Any], layers: int) -> int:
     indexer = sum(q_lora * idx_heads * idx_dim + h * idx_heads + 4 * h * idx_dim for r in ratios if r == 4)
     embeddings = c["vocab_size"] * h * (1 if c.get("tie_word_embeddings") else 2)
     fp8 = layers * per_layer + compressor + indexer
-    return embeddings * 2 + int(fp8 * EXPERT_BYTES_PER_PARAM["fp8"])
+    return cast(int, embeddings * 2 + int(fp8 * EXPERT_BYTES_PER_PARAM["fp8"]))
 
 
 def model_shape(config: Mapping[str, Any], expert_dtype: str | None = None, num_draft_layers: int | None = None) -> ModelShape:

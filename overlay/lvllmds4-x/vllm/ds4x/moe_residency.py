@@ -6,6 +6,7 @@ logged once. The arithmetic lives in vllm.ds4x.moe_placement."""
 
 import json
 import os
+from typing import Any
 
 from vllm.ds4x import moe_placement as mp
 from vllm.logger import init_logger
@@ -16,7 +17,7 @@ _placement: mp.Placement | None = None
 _planned: tuple[int, str] | None = None  # (bytes of weights planned on this GPU, summary)
 
 
-def _draft_layers(vllm_config) -> int:
+def _draft_layers(vllm_config: Any) -> int:
     spec = vllm_config.speculative_config
     if spec is None or spec.draft_model_config is None:
         return 0
@@ -43,7 +44,7 @@ def routing_stats() -> dict[int, list[float]] | None:
         raise mp.PlacementError(f"{mp.ROUTING_ENV}={path!r}: {e}") from e
 
 
-def decide(vllm_config, selection: mp.Selection, draft_resident: bool) -> mp.Placement:
+def decide(vllm_config: Any, selection: mp.Selection, draft_resident: bool) -> mp.Placement:
     """Size the budget from this GPU, place, explain."""
     import torch
 

@@ -19,7 +19,7 @@ tokens (query length 2) and 3 and 6 tokens (query length 3).
 
 from collections.abc import Callable, Iterable
 from itertools import product
-from typing import Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from vllm.ds4x.draft_depth import DraftDepthConfig
 from vllm.logger import init_logger
@@ -35,7 +35,7 @@ class Descriptor(Protocol):
 D = TypeVar("D", bound=Descriptor)
 
 
-def decode_query_lens(vllm_config, decode_query_len: int) -> list[int] | None:
+def decode_query_lens(vllm_config: Any, decode_query_len: int) -> list[int] | None:
     """Query lengths for the target's (and a drafter prefill's) decode graphs:
     ``decode_query_len - K_max + d`` for each verify depth d. None when that is
     ``decode_query_len`` alone: vLLM's own graphs, untouched."""
@@ -62,7 +62,7 @@ def request_counts(capture_sizes: Iterable[int], decode_query_len: int, max_num_
                    if s % decode_query_len == 0 and s // decode_query_len <= max_num_reqs})
 
 
-class DecodeGraphs:
+class DecodeGraphs(Generic[D]):
     """Uniform-decode graph descriptors indexed by (query length, active LoRAs),
     each list ascending in requests; `find` pads a batch to the next captured
     request count of its own query length."""
@@ -76,13 +76,14 @@ class DecodeGraphs:
         self.by_len = dict(sorted(self.by_len.items(), key=lambda item: (item[0][0] or 0, item[0][1])))
 
     @classmethod
-    def build(cls, query_lens: Iterable[int], counts: Iterable[int], make: Callable[[int, int], D]) -> "DecodeGraphs":
+    def build(cls, query_lens: Iterable[int], counts: Iterable[int],
+              make: Callable[[int, int], D]) -> "DecodeGraphs[D]":
         counts = list(counts)
         return cls(make(q, r) for q in sorted(set(query_lens)) for r in counts)
 
     @classmethod
     def for_dispatcher(cls, query_lens: Iterable[int], counts: Iterable[int],
-                       lora_cases: Iterable[int]) -> "DecodeGraphs":
+                       lora_cases: Iterable[int]) -> "DecodeGraphs[Any]":
         """Model runner v1's keys: a uniform BatchDescriptor per query length,
         request count and LoRA case, as its dispatcher makes them for 1 + K_max."""
         from vllm.forward_context import BatchDescriptor
@@ -90,7 +91,8 @@ class DecodeGraphs:
         descriptors = (BatchDescriptor(num_tokens=q * r, num_reqs=r, uniform=True, has_lora=loras > 0,
                                        num_active_loras=loras)
                        for q, r, loras in product(set(query_lens), set(counts), set(lora_cases)))
-        return cls(descriptors, lambda d: d.num_tokens // d.num_reqs)
+        query_len: Callable[[Any], int] = lambda d: d.num_tokens // d.num_reqs
+        return cls(descriptors, query_len)
 
     def descriptors(self) -> list[D]:
         return [d for descs in self.by_len.values() for d in descs]
@@ -114,12 +116,12 @@ class DecodeGraphs:
         )
 
 
-def report_capture(manager, count: int, seconds: float, graph_bytes: int, free_bytes: int,
+def report_capture(manager: Any, count: int, seconds: float, graph_bytes: int, free_bytes: int,
                    total_bytes: int) -> None:
     """The capture log line, and a warning when the graphs left little room:
     model runner v2 sizes the KV cache before capturing, without reserving
     graph memory."""
-    graphs: DecodeGraphs | None = getattr(manager, "decode_graphs", None)
+    graphs: DecodeGraphs[Any] | None = getattr(manager, "decode_graphs", None)
     layout = f"target decode: {graphs.summary()}" if graphs else "vLLM's default sizes"
     logger.info("Captured %d CUDA graphs in all (%s) in %.0f s, %.2f GiB; %.2f GiB free after capture",
                 count, layout, seconds, graph_bytes / (1 << 30), free_bytes / (1 << 30))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from . import draft_depth as dd
 
@@ -31,9 +32,9 @@ def conditional(acceptance: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def policies(k: int) -> dict[str, dict | None]:
+def policies(k: int) -> dict[str, dict[str, Any] | None]:
     """fixed 0..K, phase 1/K and 0/K, adaptive: the draft_depth objects."""
-    named: dict[str, dict | None] = {
+    named: dict[str, dict[str, Any] | None] = {
         f"fixed {d}": {"policy": "phase", "reasoning_depth": d, "answer_depth": d} for d in range(k)
     }
     named[f"fixed {k}"] = None
@@ -43,7 +44,7 @@ def policies(k: int) -> dict[str, dict | None]:
     return named
 
 
-def simulate(policy_config: dict | None, costs: Sequence[float], acceptance: dict[str, float],
+def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], acceptance: dict[str, float],
              tokens: dict[str, int], rng: random.Random) -> dict[str, float]:
     """Tokens per second in each phase for one request; costs[d]: seconds of a
     step verifying 1 + d tokens (d = 0..K)."""

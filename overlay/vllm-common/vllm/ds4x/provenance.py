@@ -4,7 +4,7 @@
 
 import importlib.metadata
 import json
-from typing import Any
+from typing import Any, cast
 
 RECORD = "ds4x_provenance.json"
 
@@ -14,5 +14,5 @@ def record(package: str = "vllm") -> dict[str, Any] | None:
     for name in importlib.metadata.packages_distributions().get(package, []):
         text = importlib.metadata.distribution(name).read_text(RECORD)
         if text:
-            return json.loads(text)
+            return cast("dict[str, Any]", json.loads(text))
     return None

@@ -23,6 +23,7 @@ Mean depth::
 """
 
 from dataclasses import dataclass, field
+from typing import Any
 
 PHASES = ("reasoning", "answer")
 _DEPTH_KEYS = tuple(str(d) for d in range(64))
@@ -74,9 +75,9 @@ class DepthStats:
 class DepthProm:
     """The counters above, one child per engine like vLLM's own."""
 
-    def __init__(self, counter_cls, labelnames: list[str], per_engine_labelvalues: dict[int, list[object]],
+    def __init__(self, counter_cls: Any, labelnames: list[str], per_engine_labelvalues: dict[int, list[object]],
                  k_max: int) -> None:
-        def counter(name: str, doc: str, label: str):
+        def counter(name: str, doc: str, label: str) -> Any:
             return counter_cls(name=name, documentation=doc, labelnames=[*labelnames, label])
 
         base = {

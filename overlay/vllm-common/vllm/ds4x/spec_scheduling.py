@@ -10,15 +10,16 @@ so it keeps a full CUDA graph. KV lookahead stays reserved for K_max.
 
 import time
 from collections import defaultdict
+from typing import Any
 
-from vllm.ds4x.draft_depth import ANSWER, REASONING, DepthPolicy, DraftDepthConfig, PhaseTracker
+from vllm.ds4x.draft_depth import ANSWER, REASONING, DepthPolicy, DraftDepthConfig, PhaseTracker, RequestState
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
 
 logger = init_logger(__name__)
 
 
-def phase_tracker(vllm_config) -> PhaseTracker | None:
+def phase_tracker(vllm_config: Any) -> PhaseTracker | None:
     """Markers from the configured reasoning parser, tokenized like the model's
     text: its start/end strings plus any implicit end markers (DeepSeek-V4's
     tool-call marker)."""
@@ -57,12 +58,12 @@ class DraftDepthScheduling:
         # this step's verifications by RequestState.slot (phase, chosen) + drafted * (K_max + 1) + accepted
         self._verified: defaultdict[int, int] = defaultdict(int)
         self._k1 = policy.k_max + 1
-        self._stats = None
+        self._stats: Any = None
         self._previous: frozenset[str] = frozenset()
         self._step_end: float | None = None
 
     @classmethod
-    def create(cls, vllm_config) -> "DraftDepthScheduling | None":
+    def create(cls, vllm_config: Any) -> "DraftDepthScheduling | None":
         """None when there is nothing to do: no speculation, or the fixed policy
         without a reasoning parser (then vLLM runs exactly as it would)."""
         spec = vllm_config.speculative_config
@@ -77,9 +78,10 @@ class DraftDepthScheduling:
                     config.policy, k_max, "on" if tracker else "off")
         return cls(DepthPolicy(config, k_max, tracker))
 
-    def _state(self, request):
+    def _state(self, request: Any) -> RequestState:
         try:
-            return request.ds4x_depth_state
+            state: RequestState = request.ds4x_depth_state
+            return state
         except AttributeError:
             params = request.sampling_params
             state = self.policy.add(request.request_id, request.prompt_token_ids or [],
@@ -87,7 +89,7 @@ class DraftDepthScheduling:
             request.ds4x_depth_state = state
             return state
 
-    def uniform_depth(self, running) -> None:
+    def uniform_depth(self, running: Any) -> None:
         """Before scheduling: every decode request in the batch verifies one
         depth, the smallest graph depth at or above the deepest one chosen
         among them, so the batch has one query length and replays its CUDA
@@ -113,7 +115,7 @@ class DraftDepthScheduling:
             if len(request.spec_token_ids) > depth:
                 request.spec_token_ids = request.spec_token_ids[:depth]
 
-    def on_output(self, request, new_token_ids: list[int], drafted: int, accepted: int, stats) -> None:
+    def on_output(self, request: Any, new_token_ids: list[int], drafted: int, accepted: int, stats: Any) -> None:
         """A request's step: the drafts it verified (none: 0) and its new tokens.
         The common case, fixed or phase with no marker among the tokens, is a
         set test and a counter increment."""
@@ -141,7 +143,7 @@ class DraftDepthScheduling:
     def forget(self, request_id: str) -> None:
         self.policy.forget(request_id)
 
-    def on_step_end(self, scheduler_output) -> None:
+    def on_step_end(self, scheduler_output: Any) -> None:
         self._tally()
         self._time_step(scheduler_output)
 
@@ -159,7 +161,7 @@ class DraftDepthScheduling:
                 stats.ds4x.observe(ANSWER if answer else REASONING, chosen, drafted, accepted, count)
         verified.clear()
 
-    def _time_step(self, scheduler_output) -> None:
+    def _time_step(self, scheduler_output: Any) -> None:
         """Live step cost: wall time since the previous step ended, credited to
         this step when it was a pure decode batch of one verify length and ran
         the same requests as the one before (no idle gap, no admission)."""
@@ -181,7 +183,7 @@ class DraftDepthScheduling:
         self._previous, self._step_end = requests, now
 
 
-def validate_request(params, speculative_config) -> None:
+def validate_request(params: Any, speculative_config: Any) -> None:
     """The front end's check of a client's own draft_depth: a 400 that names it,
     before any stream starts."""
     from vllm.ds4x.draft_depth import DraftDepthError, request_depth
