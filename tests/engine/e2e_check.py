@@ -9,6 +9,7 @@ checks.py --e2e).
 
 import gc
 import os
+from typing import Any
 
 # The engine core in this process, not a spawned one, and no torch.compile
 # (enforce_eager leaves vLLM's own compiled samplers on): each would cost
@@ -32,7 +33,7 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3,
 ENGINES = {"plain": None, **{name: {**NGRAM, "draft_depth": POLICIES[name]} for name in ("phase 1/2", "phase 0/2")}}
 
 
-def run(model: str, speculative: dict | None) -> tuple[dict[str, list[int]], dict]:
+def run(model: str, speculative: dict[str, Any] | None) -> tuple[dict[str, list[int]], dict[str, Any]]:
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=model, dtype="bfloat16", max_model_len=512, seed=0, kv_cache_memory_bytes=256 << 20,
@@ -43,7 +44,7 @@ def run(model: str, speculative: dict | None) -> tuple[dict[str, list[int]], dic
     for batch, names in BATCHES.items():
         outputs = llm.generate([PROMPTS[n] for n in names], params, use_tqdm=False)
         tokens.update({f"{batch}:{name}": list(out.outputs[0].token_ids) for name, out in zip(names, outputs)})
-    metrics: dict = {}
+    metrics: dict[str, Any] = {}
     for metric in llm.get_metrics():
         if metric.name.startswith("vllm:spec_decode"):
             label = ",".join(f"{k}={v}" for k, v in sorted(metric.labels.items()) if k in ("phase", "depth", "position"))
@@ -53,7 +54,7 @@ def run(model: str, speculative: dict | None) -> tuple[dict[str, list[int]], dic
     return tokens, metrics
 
 
-def check(model: str) -> dict:
+def check(model: str) -> dict[str, Any]:
     runs = {}
     for name, speculative in ENGINES.items():
         tokens, metrics = run(model, speculative)

@@ -8,6 +8,7 @@ by its real constructor; only the process-group lookup and the CUDA graph memory
 pool (environment, not the code under test) are stood in for."""
 
 import inspect
+from typing import Any
 
 from policies import POLICIES
 from vllm.config import ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig, set_current_vllm_config
@@ -21,7 +22,7 @@ class _Rank:
     is_first_rank = is_last_rank = True
 
 
-def config(model: str, draft_depth: dict | None) -> VllmConfig:
+def config(model: str, draft_depth: dict[str, Any] | None) -> VllmConfig:
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=K, prompt_lookup_max=2, prompt_lookup_min=1,
                              draft_depth=draft_depth)
     config = VllmConfig(
@@ -36,7 +37,7 @@ def config(model: str, draft_depth: dict | None) -> VllmConfig:
     return config
 
 
-def manager(config: VllmConfig):
+def manager(config: VllmConfig) -> Any:
     from vllm.ds4x.decode_graphs import decode_query_lens
     from vllm.v1.worker.gpu import cudagraph_utils as cu
 
@@ -47,7 +48,7 @@ def manager(config: VllmConfig):
                                         decode_query_lens=decode_query_lens(config, 1 + K))
 
 
-def dispatcher(config: VllmConfig):
+def dispatcher(config: VllmConfig) -> Any:
     """Model runner v1's dispatcher with the keys its runner initializes."""
     from vllm.ds4x.decode_graphs import decode_query_lens
     from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
@@ -60,7 +61,7 @@ def dispatcher(config: VllmConfig):
     return disp
 
 
-def table(mgr) -> dict:
+def table(mgr: Any) -> dict[str, Any]:
     mgr._graphs_captured = True  # what capture() sets after recording the descriptors above
     takes_loras = "num_active_loras" in inspect.signature(mgr.dispatch).parameters
     dispatch = {}
@@ -76,7 +77,7 @@ def table(mgr) -> dict:
     return {"graphs": graphs, "dispatch": dispatch, "mixed": mixed.cg_mode.name}
 
 
-def v1_table(disp) -> dict:
+def v1_table(disp: Any) -> dict[str, Any]:
     """As table(), through the v1 runner's rule: a batch is uniform when its
     query length has decode graphs (1 + K without ds4x's)."""
     graphs = disp.decode_graphs
@@ -84,7 +85,7 @@ def v1_table(disp) -> dict:
     def uniform(query_len: int) -> bool:
         return query_len == (graphs.query_len(query_len, 1 + K) if graphs else 1 + K)
 
-    def show(mode, desc) -> str:
+    def show(mode: Any, desc: Any) -> str:
         length = desc.num_tokens // desc.num_reqs if desc.uniform else None
         return f"{mode.name}:t{desc.num_tokens}:r{desc.num_reqs}:q{length}"
 
@@ -102,7 +103,7 @@ def data_parallel(model: str) -> VllmConfig:
     return dp
 
 
-def check(model: str) -> dict:
+def check(model: str) -> dict[str, Any]:
     return {"v2": {name: table(manager(config(model, policy))) for name, policy in POLICIES.items()},
             "v1": {name: v1_table(dispatcher(config(model, policy))) for name, policy in POLICIES.items()},
             "v1 adaptive, data parallel": v1_table(dispatcher(data_parallel(model)))}

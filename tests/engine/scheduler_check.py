@@ -7,6 +7,8 @@ drafts each step; each decode batch verifies one depth for all its requests.
 A second run has reasoning requests only ("r1", "r2").
 """
 
+from typing import Any
+
 import torch
 from policies import POLICIES
 from vllm.config import (
@@ -33,8 +35,8 @@ THINK, END_THINK = 1, 2
 K = 2
 
 
-def scheduler(model: str, draft_depth: dict | None, async_scheduling: bool, reasoning_parser: str = "deepseek_r1",
-              max_num_seqs: int = 8):
+def scheduler(model: str, draft_depth: dict[str, Any] | None, async_scheduling: bool,
+              reasoning_parser: str = "deepseek_r1", max_num_seqs: int = 8) -> Any:
     model_config = ModelConfig(model=model, dtype="bfloat16", seed=0, max_model_len=1024)
     # the GPU n-gram proposer (the only n-gram one async scheduling accepts)
     # reserves K_max lookahead slots; the scheduler never runs the proposer itself
@@ -59,7 +61,7 @@ def scheduler(model: str, draft_depth: dict | None, async_scheduling: bool, reas
                structured_output_manager=StructuredOutputManager(config))
 
 
-def request(rid: str, prompt: list[int], extra_args: dict | None = None, max_tokens: int = 64) -> Request:
+def request(rid: str, prompt: list[int], extra_args: dict[str, Any] | None = None, max_tokens: int = 64) -> Request:
     params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, extra_args=extra_args)
     params.update_from_generation_config({}, 0)
     return Request(request_id=rid, prompt_token_ids=prompt, sampling_params=params, pooling_params=None,
@@ -72,18 +74,18 @@ def output(ids: list[str], sampled: dict[str, list[int]]) -> ModelRunnerOutput:
                              pooler_output=[])
 
 
-def drafts(out, ids: list[str]) -> dict[str, int]:
+def drafts(out: Any, ids: list[str]) -> dict[str, int]:
     return {r: len(out.scheduled_spec_decode_tokens.get(r, [])) for r in ids}
 
 
-def verified(out, ids: list[str], sampled: dict[str, list[int]]) -> ModelRunnerOutput:
+def verified(out: Any, ids: list[str], sampled: dict[str, list[int]]) -> ModelRunnerOutput:
     """sampled[r]: the drafts accepted, then the next token; only as many drafts
     as the step verified for r are kept (a policy may have verified none)."""
     depth = drafts(out, ids)
     return output(ids, {r: tokens[:-1][:depth[r]] + tokens[-1:] for r, tokens in sampled.items()})
 
 
-def run_sync(model: str, draft_depth: dict | None) -> dict:
+def run_sync(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
     s = scheduler(model, draft_depth, False)
     # EAGLE/MTP/DSpark reserve K_max lookahead slots (n-gram needs none): do as they do
     s.num_lookahead_tokens = K
@@ -128,7 +130,7 @@ def run_sync(model: str, draft_depth: dict | None) -> dict:
     return result
 
 
-def run_sync_reasoning(model: str, draft_depth: dict | None) -> dict:
+def run_sync_reasoning(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
     """Two reasoning requests: the batch verifies the reasoning depth (no drafts
     at depth 0); once one of them closes </think>, the answer depth."""
     s = scheduler(model, draft_depth, False)
@@ -149,7 +151,7 @@ def run_sync_reasoning(model: str, draft_depth: dict | None) -> dict:
     return result
 
 
-def run_async_reasoning(model: str, draft_depth: dict | None) -> dict:
+def run_async_reasoning(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
     s = scheduler(model, draft_depth, True)
     reqs = {r: request(r, [5, 6, 7, THINK]) for r in ("r1", "r2")}
     for r in reqs.values():
@@ -165,7 +167,7 @@ def run_async_reasoning(model: str, draft_depth: dict | None) -> dict:
     return result
 
 
-def run_async(model: str, draft_depth: dict | None) -> dict:
+def run_async(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
     s = scheduler(model, draft_depth, True)
     reqs = {"r": request("r", [5, 6, 7, THINK]), "a": request("a", [5, THINK, 8, END_THINK])}
     for r in reqs.values():
@@ -187,7 +189,7 @@ def run_async(model: str, draft_depth: dict | None) -> dict:
     return result
 
 
-def check(model: str) -> dict:
+def check(model: str) -> dict[str, Any]:
     init_none_hash(sha256)
     return {name: {"sync": run_sync(model, policy), "async": run_async(model, policy),
                    "sync_reasoning": run_sync_reasoning(model, policy),

@@ -19,6 +19,7 @@ ctypes.CDLL(stub)
 with open("/proc/self/maps") as f:
     cudart_maps = list(dict.fromkeys(line.split()[-1] for line in f if "cudart" in line))
 spec = importlib.util.spec_from_file_location("cuda_ipc", cuda_ipc_path)
+assert spec is not None and spec.loader is not None
 module = importlib.util.module_from_spec(spec)
 try:
     spec.loader.exec_module(module)

@@ -9,6 +9,7 @@ Runs under the Python that has lk_moe (cp312 only); imports nothing of ds4x.
 
 import json
 import sys
+from typing import Any
 
 import lk_moe
 import ml_dtypes
@@ -57,14 +58,14 @@ def routing(tokens: int, experts: int, top_k: int, seed: int) -> tuple[np.ndarra
     return ids, weights / weights.sum(1, keepdims=True)
 
 
-def compare(got: np.ndarray, want: np.ndarray) -> dict:
+def compare(got: np.ndarray, want: np.ndarray) -> dict[str, float]:
     err = np.abs(got - want)
     scale = float(np.abs(want).max())
     return {"max_abs_err": float(err.max()), "ref_max": scale, "rel_err": float(err.max() / scale),
             "cosine": float((got * want).sum() / np.sqrt((got * got).sum() * (want * want).sum()))}
 
 
-def prepare(case: dict) -> tuple:
+def prepare(case: dict[str, int]) -> tuple[np.ndarray, np.ndarray, Any, np.ndarray, np.ndarray, np.ndarray]:
     """The layer, lk_moe's engine over it, and one batch of routed tokens."""
     E, H, I, k, n = case["experts"], case["hidden"], case["inter"], case["top_k"], case["tokens"]
     w13, w2 = layer(E, H, I, seed=1)
@@ -74,7 +75,7 @@ def prepare(case: dict) -> tuple:
     return w13, w2, moe, ids, weights, x
 
 
-def run_cpu(case: dict) -> dict:
+def run_cpu(case: dict[str, int]) -> dict[str, float]:
     w13, w2, moe, ids, weights, x = prepare(case)
     n, k = case["tokens"], case["top_k"]
     out = np.full((n, case["hidden"]), np.nan, np.float32)  # must be overwritten
@@ -82,7 +83,7 @@ def run_cpu(case: dict) -> dict:
     return compare(out, reference(x, ids, weights, w13, w2))
 
 
-def run_gpu(case: dict) -> dict:
+def run_gpu(case: dict[str, int]) -> dict[str, float]:
     import torch
 
     w13, w2, moe, ids, weights, x = prepare(case)
