@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -232,19 +233,21 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-# what the commands read from the checkout besides the ds4x package
-CHECKOUT = ("pins.toml", "patches", "overlay", "examples")
 STANDALONE = ("doctor", "provenance")  # these need only the package
 
 
-def _check_install(command: str) -> None:
-    """ds4x runs from a checkout (a clone of this repository): a wheel of the
-    tool alone has no patches to apply."""
-    missing = [name for name in CHECKOUT if not (ROOT / name).exists()]
-    if missing and command not in STANDALONE:
+def _check_install(args: argparse.Namespace) -> None:
+    """ds4x runs from a checkout: the series and overlays beside the pins file
+    (--pins), and for plan the overlay modules beside the package."""
+    if args.command in STANDALONE:
+        return
+    needed = [ROOT / "overlay"] if args.command == "plan" else [args.pins, args.pins.parent / "patches",
+                                                                args.pins.parent / "overlay"]
+    missing = [str(path) for path in needed if not path.exists()]
+    if missing:
         raise Ds4xError(
-            f"{command} needs the ds4x checkout; {', '.join(missing)} not found beside {ROOT / 'ds4x'}",
-            "run it from a clone of the ds4x repository (python build.py ..., or pip install -e .)",
+            f"{args.command} needs the ds4x checkout; not found: {', '.join(missing)}",
+            "run it from a clone of the ds4x repository (python build.py ..., or pip install -e .), or pass --pins",
         )
 
 
@@ -254,17 +257,19 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may take signals
+        return _run(args)
     previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         return _run(args)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _run(args: argparse.Namespace) -> int:
     log.setup(-1 if args.quiet else args.verbose)
     try:
-        _check_install(args.command)
+        _check_install(args)
         if args.command not in LIGHT_COMMANDS:
             from ds4x import gitops
 

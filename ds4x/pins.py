@@ -10,11 +10,6 @@ from typing import Any
 
 from ds4x.errors import InputError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:
-    import tomli as tomllib
-
 _SHA1 = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -138,6 +133,10 @@ def _target(path: Path, name: str, raw: dict[str, Any]) -> Target:
 
 
 def load(path: Path) -> Pins:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # a dependency on 3.10: imported here so that a missing one is reported, not a traceback
+        import tomli as tomllib
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -47,6 +47,14 @@ def size(text: str) -> int:
     return int(float(found[1]) * _UNITS[found[2].lower() if found[2] else None])
 
 
+def positive_size(text: str) -> int:
+    """A size that must be more than 0 (a bandwidth divides)."""
+    value = size(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: expected more than 0, e.g. 89.6GB")
+    return value
+
+
 def count(low: int) -> Any:
     """An integer option of at least `low` (argparse type)."""
     def parse(text: str) -> int:
@@ -94,7 +102,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-layers", type=count(0), help="MTP/DSpark layers (default: from the config; DSpark: 3)")
     p.add_argument("--cpu-draft-layers", action="store_true", help="keep draft layers on the CPU")
     p.add_argument("--reserve", type=size, default=size("1.5GiB"), help="activations, CUDA graphs (default: 1.5GiB)")
-    p.add_argument("--ram-bandwidth", type=size, default=size("89.6GB"), help="bytes/s (default: 89.6GB, DDR5-5600 x2)")
+    p.add_argument("--ram-bandwidth", type=positive_size, default=size("89.6GB"), help="bytes/s (default: 89.6GB, DDR5-5600 x2)")
     p.add_argument("--verify-tokens", type=count(1), default=1, help="tokens per decode step (1 + draft depth)")
     p.add_argument("--routing-stats", type=Path, help='JSON {"<layer>": [count per expert, ...]} to rank layers')
     p.add_argument("--plot", type=png, help="write a PNG of the decode ceiling against resident layers")
@@ -117,22 +125,35 @@ def _load_json(path: Path, what: str) -> dict[str, Any]:
     return found
 
 
+def _routing(path: Path, shape: Any) -> dict[int, list[float]]:
+    """--routing-stats: {"<MoE layer>": [count per expert, ...]}."""
+    raw = _load_json(path, "--routing-stats")
+    try:
+        routing = {int(layer): [float(c) for c in counts] for layer, counts in raw.items()}
+    except (TypeError, ValueError) as e:
+        raise InputError(f"--routing-stats {path}: {str(e)[:200]}", 'give {"<layer>": [count per expert, ...]}') from None
+    bad = [layer for layer, counts in routing.items()
+           if layer not in shape.moe_layers or len(counts) != shape.n_routed_experts or min(counts, default=0) < 0]
+    if bad:
+        raise InputError(f"--routing-stats {path}: layer(s) {bad[:5]} are not MoE layers of the model or do not "
+                         f"hold {shape.n_routed_experts} counts >= 0", 'give {"<layer>": [count per expert, ...]}')
+    return routing
+
+
 def compute(args: argparse.Namespace) -> dict[str, Any]:
     mp = placement_module()
     config = _load_json(args.config, "--config")
     try:
         shape = mp.model_shape(config, num_draft_layers=args.draft_layers)
-        routing = None
-        if args.routing_stats:
-            routing = {int(k): v for k, v in _load_json(args.routing_stats, "--routing-stats").items()}
         plan = mp.budget(shape, gpu_bytes=args.gpu_mem, gpu_memory_utilization=args.gpu_memory_utilization,
                          max_model_len=args.max_model_len, kv_dtype=args.kv_cache_dtype,
                          max_num_seqs=args.max_num_seqs, tp_size=args.tp, pp_size=args.pp,
                          reserve_bytes=args.reserve, draft_resident=not args.cpu_draft_layers)
-        choice = mp.choose_auto(shape, max(plan.for_resident_layers, 0), args.tp, args.verify_tokens, routing)
     except (mp.PlacementError, KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         problem = f"missing field {e}" if isinstance(e, KeyError) else str(e)[:200]
         raise InputError(f"{args.config}: {problem}", "check the config.json and the plan options") from None
+    routing = _routing(args.routing_stats, shape) if args.routing_stats else None
+    choice = mp.choose_auto(shape, max(plan.for_resident_layers, 0), args.tp, args.verify_tokens, routing)
     ceiling = [mp.decode_ceiling(shape, n, args.ram_bandwidth, args.verify_tokens) for n in range(len(shape.moe_layers) + 1)]
     return {
         "shape": shape, "budget": plan, "choice": choice, "ceiling": ceiling, "mp": mp,

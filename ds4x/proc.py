@@ -13,11 +13,13 @@ from ds4x.errors import Ds4xError
 from ds4x.log import logger
 
 
-def run(cmd: list[str], hint: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run(cmd: list[str], hint: str, env: dict[str, str] | None = None, check: bool = True,
+        capture: bool = False) -> subprocess.CompletedProcess[str]:
     """Run `cmd`; with -v its output goes to the terminal as it comes, else it is
-    kept for the error message. check=False: return whatever it did."""
+    kept for the error message (capture: always kept, for a caller that reads it).
+    check=False: return whatever it did."""
     logger.debug("  $ %s", " ".join(cmd))
-    verbose = logger.isEnabledFor(logging.DEBUG)
+    verbose = logger.isEnabledFor(logging.DEBUG) and not capture
     done = subprocess.run(cmd, env=env or os.environ.copy(), text=True,
                           stdout=sys.stderr if verbose else subprocess.PIPE,
                           stderr=sys.stderr if verbose else subprocess.PIPE)

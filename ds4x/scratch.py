@@ -17,9 +17,12 @@ def scratch_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
     removed when the block ends, however it ends. Its name is chosen before it
     is made, so a signal that lands while it is being made (Ctrl-C, SIGTERM)
     still finds it to remove; tempfile's own helpers only learn the name after."""
-    path = Path(parent or tempfile.gettempdir()) / f"{prefix}{secrets.token_hex(6)}"
+    path = Path(parent or tempfile.gettempdir()) / f"{prefix}{secrets.token_hex(8)}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():  # 64 random bits: never in practice, and never someone else's folder removed
+        raise FileExistsError(path)
     try:
-        path.mkdir(parents=True)
+        path.mkdir(mode=0o700)
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)

@@ -92,13 +92,16 @@ def index_url() -> str:
     else pip's own default."""
     if os.environ.get("PIP_INDEX_URL"):
         return os.environ["PIP_INDEX_URL"]
-    listed = proc.run([sys.executable, "-m", "pip", "config", "list"], "check pip's configuration", check=False)
+    wide = {**os.environ, "COLUMNS": "10000"}  # pip wraps its help to the terminal
+    listed = proc.run([sys.executable, "-m", "pip", "config", "list"], "check pip's configuration", env=wide,
+                      check=False, capture=True)
     found = dict(re.findall(r"^(\S+?)='(.*)'$", listed.stdout or "", re.M))
     for key in ("global.index-url", "download.index-url", "install.index-url"):
         if found.get(key):
             return str(found[key])
     # pip's own default, as its help states it: it is pip's to name, not ours
-    usage = proc.run([sys.executable, "-m", "pip", "download", "--help"], "check pip", check=False).stdout or ""
+    usage = proc.run([sys.executable, "-m", "pip", "download", "--help"], "check pip", env=wide, check=False,
+                     capture=True).stdout or ""
     default = re.search(r"--index-url <url> Base URL of the Python Package Index \(default (\S+?)\)", " ".join(usage.split()))
     if not default:
         raise Ds4xError("cannot tell pip's default index from `pip download --help`", "set PIP_INDEX_URL to your index")
@@ -109,11 +112,15 @@ RETRY_DELAYS = (1.0, 4.0, 15.0)  # seconds before each retry of a transient netw
 
 
 def _transient(error: BaseException) -> bool:
-    """Worth another try: a dropped or refused connection, a timeout, a 5xx or
-    429; not a 4xx (the file is not there, or not ours to read)."""
+    """Worth another try: a dropped, reset or refused connection, a timeout, a
+    5xx or 429; not a 4xx (the file is not there, or not ours to read), nor a
+    local error (disk, certificates, a bad URL)."""
     if isinstance(error, urllib.error.HTTPError):
         return error.code >= 500 or error.code == 429
-    return isinstance(error, (urllib.error.URLError, OSError, http.client.HTTPException))
+    if isinstance(error, urllib.error.URLError):
+        error = error.reason if isinstance(error.reason, BaseException) else error
+    return isinstance(error, (ConnectionError, TimeoutError, http.client.IncompleteRead,
+                              http.client.RemoteDisconnected))
 
 
 def _retrying(what: str, attempt: Callable[[], T]) -> T:
@@ -143,18 +150,25 @@ class _Links(html.parser.HTMLParser):
 
 def _file_url(artifact: Artifact) -> str:
     """The file's URL from the index's Simple API (PEP 691 JSON, else PEP 503 HTML)."""
-    page = f"{index_url().rstrip('/')}/{artifact.project}/"
+    index = index_url()
+    if urllib.parse.urlparse(index).scheme not in ("http", "https"):
+        raise Ds4xError(f"the package index {index!r} is not an http(s) URL", "set PIP_INDEX_URL to your index's URL")
+    page = f"{index.rstrip('/')}/{artifact.project}/"
     request = urllib.request.Request(
         page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
     )
 
     def read() -> tuple[str, bool]:
         with urllib.request.urlopen(request, timeout=60) as response:
-            return response.read().decode(), "json" in response.headers.get("Content-Type", "")
+            body = response.read().decode(errors="replace")
+            return body, "json" in response.headers.get("Content-Type", "")
 
     body, is_json = _retrying(f"index page {page}", read)
     if is_json:
-        urls = {f["filename"]: f["url"] for f in json.loads(body)["files"]}
+        try:
+            urls = {f["filename"]: f["url"] for f in json.loads(body)["files"]}
+        except (ValueError, KeyError, TypeError) as e:
+            raise Ds4xError(f"index page {page} is not a simple-API page: {e}", "check PIP_INDEX_URL") from None
     else:
         links = _Links()
         links.feed(body)

@@ -36,6 +36,6 @@ def test_the_package_without_its_checkout(tmp_path: Path) -> None:
     for command in (["check"], ["plan"], ["wheel", "--target", "vllm"]):
         done = run(sys.executable, tmp_path / "build.py", *command)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-        assert f"error: {command[0]} needs the ds4x checkout; pins.toml, patches, overlay, examples not found" in done.stderr
+        assert f"error: {command[0]} needs the ds4x checkout; not found: " in done.stderr
     standalone = run(sys.executable, tmp_path / "build.py", "provenance")  # needs only the package
     assert standalone.stdout == "no ds4x wheel is installed here\n" and "checkout" not in standalone.stderr

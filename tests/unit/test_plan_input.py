@@ -36,6 +36,7 @@ def example(**changes: object) -> dict[str, Any]:
         (["--gpu-mem=-3GiB"], "is not a size like 32GiB"),
         (["--gpu-mem", LONG], "is not a size like 32GiB"),
         (["--plot", "curve.svg"], "--plot: 'curve.svg': expected a .png path"),
+        (["--ram-bandwidth", "0"], "--ram-bandwidth: '0': expected more than 0"),
         (["--plot", "/nonexistent/dir/c.png"], "folder /nonexistent/dir does not exist or is not writable"),
     ],
 )
@@ -52,11 +53,13 @@ def test_bad_options_exit_2_naming_the_option(capsys: pytest.CaptureFixture[str]
     [
         ("[1, 2]", "a JSON list, not an object"),
         ("{not json", "Expecting property name"),
-        (json.dumps(example(n_routed_experts=0)), "n_routed_experts=0: expected an integer >= 1"),
+        (json.dumps(example(n_routed_experts=0)), "n_routed_experts=0: expected an integer in 1..65536"),
         (json.dumps(example(n_routed_experts=None)), "neither n_routed_experts nor num_experts"),
-        (json.dumps(example(hidden_size="4096")), "hidden_size='4096': expected an integer >= 1"),
-        (json.dumps(example(num_hidden_layers=None)), "num_hidden_layers=None: expected an integer >= 1"),
+        (json.dumps(example(hidden_size="4096")), "hidden_size='4096': expected an integer in 1..16777216"),
+        (json.dumps(example(num_hidden_layers=None)), "num_hidden_layers=None: expected an integer in 1..4096"),
         (json.dumps(example(num_experts_per_tok=300)), "num_experts_per_tok=300 is more than its 256"),
+        (json.dumps(example(num_hidden_layers=10**9)), "num_hidden_layers=1000000000: expected an integer in 1..4096"),
+        (json.dumps(example(n_routed_experts=10**9)), "n_routed_experts=1000000000: expected an integer in 1..65536"),
     ],
 )
 def test_bad_configs_exit_2_naming_the_field(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str,
@@ -89,3 +92,21 @@ def test_json_is_strict_when_nothing_is_left_on_the_cpu(capsys: pytest.CaptureFi
     assert main(["plan", "--config", str(config), "--json", "--draft-layers", "0"]) == 0
     plan = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert plan["resident"] == [0, 1] and plan["ceiling_resident"] is None
+
+
+@pytest.mark.parametrize(
+    ("stats", "message"),
+    [
+        ({"x": [1]}, "invalid literal for int() with base 10: 'x'"),
+        ({"0": "abc"}, "could not convert string to float"),
+        ({"0": [1, 2]}, "layer(s) [0] are not MoE layers of the model or do not hold 256 counts >= 0"),
+        ({"99": [1] * 256}, "layer(s) [99] are not MoE layers"),
+    ],
+)
+def test_bad_routing_stats_name_their_file(capsys: pytest.CaptureFixture[str], tmp_path: Path, stats: dict[str, Any],
+                                           message: str) -> None:
+    path = tmp_path / "routing.json"
+    path.write_text(json.dumps(stats))
+    assert main(["plan", "--routing-stats", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--routing-stats {path}: " in err and message in err

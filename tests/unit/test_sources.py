@@ -1,13 +1,17 @@
 from __future__ import annotations
 
 import hashlib
+import http.client
 import http.server
 import json
 import os
+import ssl
 import subprocess
 import sys
 import threading
+import urllib.error
 from collections.abc import Iterator
+from email.message import Message
 from pathlib import Path
 
 import pytest
@@ -62,14 +66,16 @@ class Index:
     answer; every request path is logged."""
 
     def __init__(self) -> None:
-        self.html, self.drops = False, 0
+        self.html, self.broken, self.drops = False, False, 0
         self.requests: list[str] = []
         index = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 index.requests.append(self.path)
-                if self.path == "/simple/demo/" and index.html:
+                if self.path == "/simple/demo/" and index.broken:
+                    body, kind = b'{"projects": []}', "application/vnd.pypi.simple.v1+json"
+                elif self.path == "/simple/demo/" and index.html:
                     body = b'<html><body><a href="../../files/demo-1.0.whl#sha256=x">demo-1.0.whl</a></body></html>'
                     kind = "text/html"
                 elif self.path == "/simple/demo/":
@@ -188,15 +194,50 @@ def test_fetch_url_streams_into_the_cache(index: str, tmp_path: Path) -> None:
     assert files(tmp_path / "downloads") == ["by-url/demo-1.0.whl"]
 
 
+@pytest.mark.parametrize("verbose", [False, True])
 @pytest.mark.parametrize("configured", [True, False])
-def test_the_index_comes_from_pip_and_never_from_its_internals(tmp_path: Path, configured: bool) -> None:
-    """pip's config when it names an index, else the default pip states in its own help."""
+def test_the_index_comes_from_pip_and_never_from_its_internals(tmp_path: Path, configured: bool, verbose: bool) -> None:
+    """pip's config when it names an index, else the default pip states in its own help
+    (under -v too, where pip's output is otherwise streamed, and on a narrow terminal)."""
     config = tmp_path / "pip.conf"
     config.write_text("[global]\nindex-url = http://127.0.0.1:1/simple\n" if configured else "")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    code = "import sys; from ds4x import sources; print(sources.index_url()); print('pip' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], env={**env, "PIP_CONFIG_FILE": str(config)},
+    code = ("import sys; from ds4x import log, sources; log.setup(VERBOSE); print(sources.index_url()); "
+            "print('pip' in sys.modules)").replace("VERBOSE", "1" if verbose else "0")
+    done = subprocess.run([sys.executable, "-c", code], env={**env, "PIP_CONFIG_FILE": str(config), "COLUMNS": "40"},
                           capture_output=True, text=True, check=True)
     url, imported_pip = done.stdout.split()
     assert imported_pip == "False"
     assert url == "http://127.0.0.1:1/simple" if configured else url.startswith("https://") and url.endswith("/simple")
+
+
+def test_an_index_that_is_not_a_url(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PIP_INDEX_URL", "packages.internal/simple")
+    with pytest.raises(Ds4xError, match="the package index 'packages.internal/simple' is not an http"):
+        sources.download(artifact("0" * 64), sources.Settings(cache=tmp_path))
+
+
+def test_a_json_page_that_is_not_a_simple_index(served: Index, tmp_path: Path) -> None:
+    served.broken = True
+    with pytest.raises(Ds4xError, match="is not a simple-API page"):
+        sources.download(artifact("0" * 64), sources.Settings(cache=tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (urllib.error.HTTPError("u", 404, "Not Found", Message(), None), False),
+        (urllib.error.HTTPError("u", 503, "Unavailable", Message(), None), True),
+        (urllib.error.HTTPError("u", 429, "Too Many", Message(), None), True),
+        (urllib.error.URLError(ConnectionRefusedError()), True),
+        (urllib.error.URLError(TimeoutError()), True),
+        (http.client.RemoteDisconnected("closed"), True),
+        (ConnectionResetError(), True),
+        (urllib.error.URLError(ssl.SSLCertVerificationError()), False),
+        (PermissionError(), False),
+        (OSError(28, "No space left on device"), False),
+        (http.client.InvalidURL(), False),
+    ],
+)
+def test_only_network_failures_are_retried(error: BaseException, transient: bool) -> None:
+    assert sources._transient(error) is transient

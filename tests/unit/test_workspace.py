@@ -204,3 +204,11 @@ def test_refresh_without_a_tree_says_apply_first(capsys: pytest.CaptureFixture[s
     assert "hint: run `build.py apply --target demo` first" in err
     code, _, err = run(capsys, project, tmp_path, git_repo, "refresh")
     assert (code, err) == (2, "error: refresh works on one target\nhint: name it with --target\n")
+
+
+def test_scratch_folders_are_private_and_removed(tmp_path: Path) -> None:
+    from ds4x.scratch import scratch_dir
+
+    with scratch_dir("ds4x-t-", tmp_path) as folder:
+        assert folder.parent == tmp_path and (folder.stat().st_mode & 0o777) == 0o700
+    assert not folder.exists()

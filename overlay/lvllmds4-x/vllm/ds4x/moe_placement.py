@@ -192,12 +192,12 @@ def kv_cache_bytes(config: Mapping[str, Any], max_model_len: int, kv_dtype: str,
     return total
 
 
-def _int_field(c: Mapping[str, Any], name: str, low: int = 1) -> int:
+def _int_field(c: Mapping[str, Any], name: str, low: int = 1, high: int = 1 << 24) -> int:
     """A config.json integer, checked before any arithmetic uses it."""
     value = c.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         shown = repr(value)[:40]
-        raise PlacementError(f"config.json {name}={shown}: expected an integer >= {low}")
+        raise PlacementError(f"config.json {name}={shown}: expected an integer in {low}..{high}")
     return value
 
 
@@ -206,7 +206,7 @@ def _routed_experts(c: Mapping[str, Any]) -> int:
     name = "n_routed_experts" if c.get("n_routed_experts") is not None else "num_experts"
     if c.get(name) is None:
         raise PlacementError("config.json has neither n_routed_experts nor num_experts: not a MoE model")
-    return _int_field(c, name)
+    return _int_field(c, name, high=1 << 16)
 
 
 def _non_expert_bytes(c: Mapping[str, Any], layers: int) -> int:
@@ -232,8 +232,8 @@ def model_shape(config: Mapping[str, Any], expert_dtype: str | None = None, num_
     """From a config.json dict. DeepSeek-V4 has no dense layers; V2/V3 start MoE
     at first_k_dense_replace. Draft layers: num_draft_layers (DSpark ships 3), or
     num_nextn_predict_layers / n_mtp_layers when the config names them."""
-    for name in ("num_hidden_layers", "hidden_size", "moe_intermediate_size", "num_experts_per_tok",
-                 "num_attention_heads"):
+    _int_field(config, "num_hidden_layers", high=MAX_LAYER_INDEX + 1)
+    for name in ("hidden_size", "moe_intermediate_size", "num_experts_per_tok", "num_attention_heads"):
         _int_field(config, name)
     if _int_field(config, "num_experts_per_tok") > _routed_experts(config):
         raise PlacementError(f"config.json num_experts_per_tok={config['num_experts_per_tok']} is more than its "
