@@ -133,6 +133,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from ds4x import sources, workspace
 
+    if args.newest:
+        return _check_newest(args)
     failed = 0
     for target in _chosen(args, all_by_default=True):
         base = sources.fetch(target, _settings(args))
@@ -143,6 +145,36 @@ def cmd_check(args: argparse.Namespace) -> int:
         failed += bool(problems)
         print(f"{target.name}: {'FAILED' if problems else 'ok'}")
     return 1 if failed else 0
+
+
+def _check_newest(args: argparse.Namespace) -> int:
+    """`check --newest`: does the series apply to the newest release on the
+    index? Upstream drift at a glance; pins.toml is not touched."""
+    from dataclasses import replace
+
+    from ds4x import sources, workspace
+
+    for target in _chosen(args, all_by_default=True):
+        kind = next((k for k in ("sdist", "wheel") if getattr(target, k) is not None), None)
+        if kind is None:
+            print(f"{target.name}: pinned to a git commit only; no release on the index to compare")
+            continue
+        pinned = getattr(target, kind)
+        latest = sources.newest(pinned)
+        if latest.version == pinned.version:
+            print(f"{target.name}: {pinned.version} is the newest release")
+            continue
+        release = replace(target, git=None, sdist=latest) if kind == "sdist" else replace(target, git=None, wheel=latest)
+        try:  # the release's own tree: no pinned commit to match
+            base = sources.fetch(release, replace(_settings(args), source=kind))
+            problems = [p for p in workspace.check(base, _layout(args)) if "not listed in series" not in p]
+        except Ds4xError as e:
+            problems = [str(e)]
+        status = ("applies" if not problems
+                  else "applies with offsets (the patches would be refreshed)" if all("re-export differs" in p for p in problems)
+                  else f"does not apply: {problems[0]}")
+        print(f"{target.name}: pinned {pinned.version}, newest {latest.version}: {status}")
+    return 0
 
 
 def cmd_wheel(args: argparse.Namespace) -> int:
@@ -218,7 +250,10 @@ def parser() -> argparse.ArgumentParser:
     _targets(p, "required")
     p.add_argument("--output", type=Path, help="folder (default: dist/patches/<target>)")
     p.add_argument("--mbox", type=Path, help="one mbox file instead of a folder")
-    _targets(add("check", cmd_check, "every patch applies exactly and re-exports byte for byte"), "all")
+    p = add("check", cmd_check, "every patch applies exactly and re-exports byte for byte")
+    _targets(p, "all")
+    p.add_argument("--newest", action="store_true",
+                   help="instead: does the series apply to the newest release on the index? (pins unchanged)")
     add("provenance", cmd_provenance, "print the provenance of ds4x wheels installed in this Python")
     p = add("doctor", cmd_doctor, "report libcudart resolution and ds4x provenance for a bug report")
     p.add_argument("--preload", action="append", default=[], metavar="LIB", help="load this shared library first")

@@ -148,12 +148,13 @@ class _Links(html.parser.HTMLParser):
             self.links[Path(urllib.parse.urlparse(href).path).name] = href
 
 
-def _file_url(artifact: Artifact) -> str:
-    """The file's URL from the index's Simple API (PEP 691 JSON, else PEP 503 HTML)."""
+def _index_files(project: str) -> tuple[str, dict[str, str]]:
+    """The project's index page and its files: name -> URL (a `#sha256=` fragment
+    kept when the index gives one), from the Simple API (PEP 691 JSON, else PEP 503 HTML)."""
     index = index_url()
     if urllib.parse.urlparse(index).scheme not in ("http", "https"):
         raise Ds4xError(f"the package index {index!r} is not an http(s) URL", "set PIP_INDEX_URL to your index's URL")
-    page = f"{index.rstrip('/')}/{artifact.project}/"
+    page = f"{index.rstrip('/')}/{project}/"
     request = urllib.request.Request(
         page, headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"}
     )
@@ -164,18 +165,48 @@ def _file_url(artifact: Artifact) -> str:
             return body, "json" in response.headers.get("Content-Type", "")
 
     body, is_json = _retrying(f"index page {page}", read)
-    if is_json:
-        try:
-            urls = {f["filename"]: f["url"] for f in json.loads(body)["files"]}
-        except (ValueError, KeyError, TypeError) as e:
-            raise Ds4xError(f"index page {page} is not a simple-API page: {e}", "check PIP_INDEX_URL") from None
-    else:
+    if not is_json:
         links = _Links()
         links.feed(body)
-        urls = links.links
+        return page, links.links
+    try:
+        return page, {f["filename"]: f["url"].split("#", 1)[0] + (f"#sha256={f['hashes']['sha256']}"
+                                                                   if "sha256" in f.get("hashes", {}) else "")
+                      for f in json.loads(body)["files"] if not f.get("yanked")}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise Ds4xError(f"index page {page} is not a simple-API page: {e}", "check PIP_INDEX_URL") from None
+
+
+def _file_url(artifact: Artifact) -> str:
+    page, urls = _index_files(artifact.project)
     if artifact.filename not in urls:
         raise Ds4xError(f"{artifact.filename} is not on the index page {page}", "check the pin or PIP_INDEX_URL")
     return str(urllib.parse.urljoin(page, urls[artifact.filename])).split("#", 1)[0]
+
+
+def newest(artifact: Artifact) -> Artifact:
+    """The newest final release of the artifact's project on the index, in the
+    same form (an sdist, or a wheel with the same tags), with its sha256."""
+    from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
+
+    def parse(name: str) -> tuple[Any, str] | None:
+        try:
+            if artifact.filename.endswith(".whl"):
+                version, tags = parse_wheel_filename(name)[1], parse_wheel_filename(name)[3]
+                return (version, name) if tags == parse_wheel_filename(artifact.filename)[3] else None
+            return (parse_sdist_filename(name)[1], name) if name.endswith(".tar.gz") else None
+        except (InvalidWheelFilename, InvalidSdistFilename):
+            return None
+
+    page, urls = _index_files(artifact.project)
+    found = [parsed for name in urls if (parsed := parse(name)) and not parsed[0].is_prerelease]
+    if not found:
+        raise Ds4xError(f"no release of {artifact.project} like {artifact.filename} on {page}")
+    version, name = max(found)
+    sha256 = urllib.parse.urlparse(urls[name]).fragment.removeprefix("sha256=")
+    if len(sha256) != 64:
+        raise Ds4xError(f"{page} gives no sha256 for {name}", "use an index that publishes hashes (PEP 503/691)")
+    return Artifact(project=artifact.project, version=str(version), filename=name, sha256=sha256)
 
 
 def _stream(url: str, part: Path, label: str) -> str:

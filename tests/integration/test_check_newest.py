@@ -1,0 +1,27 @@
+"""`check --newest` against the real index: the newest release of each target
+with an sdist or wheel pin, whether the series applies to it, and pins.toml untouched."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ds4x.cli import main
+from tests.integration.conftest import ROOT
+
+pytestmark = [pytest.mark.network, pytest.mark.slow]
+
+
+def test_newest_releases_are_checked_and_pins_stay(capsys: pytest.CaptureFixture[str]) -> None:
+    before = (ROOT / "pins.toml").read_bytes()
+    assert main(["check", "--newest", "--target", "vllm", "--target", "flashinfer", "--target", "lvllmds4-x"]) == 0
+    out = capsys.readouterr().out
+    assert (ROOT / "pins.toml").read_bytes() == before
+    assert "lvllmds4-x: pinned to a git commit only" in out
+    for target, pinned in (("vllm", "0.27.1"), ("flashinfer", "0.6.12")):
+        line = next(line for line in out.splitlines() if line.startswith(f"{target}: "))
+        found = re.fullmatch(rf"{target}: pinned {re.escape(pinned)}, newest (\S+): (applies.*|does not apply: .+)", line)
+        assert found and found[1] != pinned, line
+        if "does not apply" in line:
+            assert ".patch: " in line  # names the patch (and the hunk, or that it is already upstream)
