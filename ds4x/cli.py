@@ -160,7 +160,7 @@ def _check_newest(args: argparse.Namespace) -> int:
             print(f"{target.name}: pinned to a git commit only; no release on the index to compare")
             continue
         pinned = getattr(target, kind)
-        latest = sources.newest(pinned)
+        latest = sources.release(pinned)
         if latest.version == pinned.version:
             print(f"{target.name}: {pinned.version} is the newest release")
             continue
@@ -174,6 +174,30 @@ def _check_newest(args: argparse.Namespace) -> int:
                   else "applies with offsets (the patches would be refreshed)" if all("re-export differs" in p for p in problems)
                   else f"does not apply: {problems[0]}")
         print(f"{target.name}: pinned {pinned.version}, newest {latest.version}: {status}")
+    return 0
+
+
+def cmd_roll(args: argparse.Namespace) -> int:
+    from ds4x import roll, workspace
+
+    target = _one(args)
+    tree = args.dir or args.pins.parent / "trees" / f"{target.name}-{args.to}"
+    layout = _layout(args)
+    try:
+        with log.step(f"roll {target.name} to {args.to} in {tree}"):
+            rolled = roll.apply(target, args.to, _settings(args), layout, tree)
+    except Ds4xError as e:
+        if not tree.exists():
+            raise
+        # a patch did not apply: the tree stays for the developer, pins.toml as it was
+        raise Ds4xError(str(e), roll.next_steps(target.name, tree, e.hint if "applied upstream" in str(e) else None)) from None
+    for name, status in rolled.statuses:
+        print(f"  {name}: {status}")
+    workspace.refresh(tree, layout, target.name)
+    roll.write_pin(args.pins, target, rolled)
+    kernels = f", kernels {rolled.kernels.filename}" if rolled.kernels else ""
+    print(f"{args.pins}: {target.name} now pins {rolled.pin.filename} (sha256 {rolled.pin.sha256[:12]}){kernels}; "
+          f"patches refreshed from {tree}")
     return 0
 
 
@@ -250,6 +274,10 @@ def parser() -> argparse.ArgumentParser:
     _targets(p, "required")
     p.add_argument("--output", type=Path, help="folder (default: dist/patches/<target>)")
     p.add_argument("--mbox", type=Path, help="one mbox file instead of a folder")
+    p = add("roll", cmd_roll, "move a target's sdist or wheel pin to another release, re-applying the series")
+    _targets(p, "required, one")
+    p.add_argument("--to", required=True, metavar="VERSION", help="the release to pin (see `check --newest`)")
+    p.add_argument("--dir", type=Path, help="development tree (default: trees/<target>-<version>)")
     p = add("check", cmd_check, "every patch applies exactly and re-exports byte for byte")
     _targets(p, "all")
     p.add_argument("--newest", action="store_true",

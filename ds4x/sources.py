@@ -184,9 +184,10 @@ def _file_url(artifact: Artifact) -> str:
     return str(urllib.parse.urljoin(page, urls[artifact.filename])).split("#", 1)[0]
 
 
-def newest(artifact: Artifact) -> Artifact:
-    """The newest final release of the artifact's project on the index, in the
-    same form (an sdist, or a wheel with the same tags), with its sha256."""
+def release(artifact: Artifact, version: str | None = None) -> Artifact:
+    """A release of the artifact's project on the index (`version`, else the
+    newest final one), in the same form (an sdist, or a wheel with the same
+    tags), with its sha256 from the index."""
     from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 
     def parse(name: str) -> tuple[Any, str] | None:
@@ -199,14 +200,16 @@ def newest(artifact: Artifact) -> Artifact:
             return None
 
     page, urls = _index_files(artifact.project)
-    found = [parsed for name in urls if (parsed := parse(name)) and not parsed[0].is_prerelease]
+    found = [parsed for name in urls if (parsed := parse(name))
+             and (str(parsed[0]) == version if version else not parsed[0].is_prerelease)]
     if not found:
-        raise Ds4xError(f"no release of {artifact.project} like {artifact.filename} on {page}")
-    version, name = max(found)
+        raise InputError(f"no {version or 'final'} release of {artifact.project} like {artifact.filename} on {page}",
+                         "check the version (see `check --newest`)")
+    _, name = max(found)
     sha256 = urllib.parse.urlparse(urls[name]).fragment.removeprefix("sha256=")
     if len(sha256) != 64:
         raise Ds4xError(f"{page} gives no sha256 for {name}", "use an index that publishes hashes (PEP 503/691)")
-    return Artifact(project=artifact.project, version=str(version), filename=name, sha256=sha256)
+    return Artifact(project=artifact.project, version=str(max(found)[0]), filename=name, sha256=sha256)
 
 
 def _stream(url: str, part: Path, label: str) -> str:
