@@ -112,18 +112,27 @@ def test_expected_tokens() -> None:
 
 
 def test_batched_acceptance_update() -> None:
-    """One verification moves each position it reached by `smoothing`; a batch of
-    n alike is exactly n of them; a position never reached fades its weight."""
-    one = dd.Acceptance([0.5, 0.5], 0.1)
-    one.observe_outcomes([0] * 7 + [1, 0])  # drafted 2, accepted 1: code 2 * 3 + 1
+    """Warming up (fewer than 1/smoothing observations) a position's rate is the
+    mean of what it has seen, the starting rate counting as PRIOR_SAMPLES; then
+    each verification moves it by `smoothing`, a batch of n alike exactly n of
+    them; a position never reached fades its weight."""
+    fresh = dd.Acceptance([0.5, 0.5], 0.1)
+    fresh.observe_outcomes([0] * 7 + [1, 0])  # drafted 2, accepted 1: code 2 * 3 + 1
+    assert fresh.rates == pytest.approx([(0.5 * 4 + 1) / 5, 0.5 * 4 / 5]) and fresh.counts == [1, 1]
+
+    def warm() -> Any:
+        return dd.Acceptance([0.5, 0.5], 0.1, weights=[1.0, 1.0], counts=[10, 10])
+
+    one = warm()
+    one.observe_outcomes([0] * 7 + [1, 0])
     assert one.rates == pytest.approx([0.55, 0.45])
-    batch = dd.Acceptance([0.5, 0.5], 0.1)
+    batch = warm()
     outcomes = [0] * 9
     outcomes[2 * 3 + 2] = 7  # drafted 2, both accepted, 7 times
     batch.observe_outcomes(outcomes)
     assert batch.rates == pytest.approx([1 - 0.5 * 0.9**7] * 2)
     assert outcomes == [0] * 9  # consumed
-    shallow = dd.Acceptance([0.5, 0.5], 0.1)
+    shallow = warm()
     shallow.observe_outcomes([0, 0, 0, 5, 0, 0, 0, 0, 0])  # drafted 1, rejected, 5 times: position 2 unseen
     assert shallow.rates[1] == 0.5 and shallow.weights[1] == pytest.approx(0.9**5)
     assert shallow.estimate()[1] == pytest.approx(0.9**5 * 0.5 + (1 - 0.9**5) * shallow.rates[0])

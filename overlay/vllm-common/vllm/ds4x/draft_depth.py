@@ -65,8 +65,9 @@ class DraftDepthConfig:
     """adaptive: verifications between two decisions of one request; its
     acceptance estimate takes them in at once, then."""
     probe_interval: int = 8
-    """adaptive: at depth 0 nothing is verified, so every this many steps one
-    draft is verified to keep the acceptance estimate current."""
+    """adaptive: at depth 0 nothing is verified, so every this many steps (times
+    the cost of verifying 2 tokens over 1: dear probes come rarer) one step
+    verifies one draft, to keep the acceptance estimate current."""
     explore_steps: int = 16
     """adaptive: steps it may spend in a row at depths whose step cost is untimed
     or stale, to time them (live timings come from batches of one verify
@@ -210,6 +211,9 @@ def expected_tokens(acceptance: Sequence[float], depth: int) -> float:
     return total
 
 
+PRIOR_SAMPLES = 4  # what a starting acceptance estimate weighs, in observations
+
+
 @dataclass
 class Acceptance:
     """Conditional acceptance per draft position, smoothed. A position that is
@@ -219,6 +223,9 @@ class Acceptance:
     rates: list[float]
     smoothing: float
     weights: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    """observations per position: until 1/smoothing, a running mean (the starting
+    rate counting as PRIOR_SAMPLES), so that a new estimate learns at once"""
 
     def observe_outcomes(self, outcomes: list[int]) -> None:
         """A batch of verifications, ``outcomes[drafted * (K_max + 1) + accepted]``
@@ -237,13 +244,18 @@ class Acceptance:
                     hits[position] += n * (position < accepted)
                 outcomes[code] = 0
         if not self.weights:
-            self.weights = [1.0] * k
+            self.weights, self.counts = [1.0] * k, [0] * k
         keep = 1.0 - self.smoothing
-        rates, weights = self.rates, self.weights
+        rates, weights, counts = self.rates, self.weights, self.counts
         for position in range(k):
             if seen[position]:
                 decay = keep ** seen[position]
-                rates[position] += (1.0 - decay) * (hits[position] / seen[position] - rates[position])
+                prior = PRIOR_SAMPLES + counts[position]
+                if prior * self.smoothing < 1:  # warming up: a mean over what it has seen
+                    rates[position] = (rates[position] * prior + hits[position]) / (prior + seen[position])
+                else:
+                    rates[position] += (1.0 - decay) * (hits[position] / seen[position] - rates[position])
+                counts[position] += seen[position]
                 weights[position] = 1.0 - (1.0 - weights[position]) * decay
             if total > seen[position]:
                 weights[position] *= keep ** (total - seen[position])
@@ -332,6 +344,7 @@ class RequestState:
     """phase and depth as one index, ((phase is answer) * (K_max + 1) + depth) * (K_max + 1) ** 2,
     a base for per-step tallies by drafted * (K_max + 1) + accepted (set_depth keeps it)"""
     unverified_steps: int = 0
+    probing: bool = False
     exploring: bool = False
 
 
@@ -406,9 +419,10 @@ class DepthPolicy:
                 self.set_depth(state, self._decide(state, force=True))
         if state.depth == 0 and state.override is None and self.config.policy == "adaptive":
             state.unverified_steps += 1
-            if state.unverified_steps >= self.config.probe_interval:
+            costs = self.costs.relative()
+            if state.unverified_steps >= self.config.probe_interval * costs[1] / costs[0]:
                 self.set_depth(state, 1)
-                state.unverified_steps = 0
+                state.unverified_steps, state.probing = 0, True
 
     def on_verified(self, request_id: str, drafted: int, accepted: int) -> None:
         state = self.requests.get(request_id)
@@ -422,7 +436,8 @@ class DepthPolicy:
             return
         state.outcomes[drafted * self._k1 + accepted] += 1
         state.pending += 1
-        if state.pending >= self.config.hold_steps:
+        if state.probing or state.pending >= self.config.hold_steps:  # a probe is one step
+            state.probing = False
             self._apply(state)
             self.set_depth(state, self._decide(state))
 
