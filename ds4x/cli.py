@@ -154,6 +154,7 @@ def _check_newest(args: argparse.Namespace) -> int:
 
     from ds4x import sources, workspace
 
+    _online(args)
     for target in _chosen(args, all_by_default=True):
         kind = next((k for k in ("sdist", "wheel") if getattr(target, k) is not None), None)
         if kind is None:
@@ -182,23 +183,30 @@ def cmd_roll(args: argparse.Namespace) -> int:
 
     target = _one(args)
     tree = args.dir or args.pins.parent / "trees" / f"{target.name}-{args.to}"
+    if tree.exists():
+        raise InputError(f"{tree} exists", "delete it, or pass --dir to another folder")
+    _online(args)
     layout = _layout(args)
-    try:
-        with log.step(f"roll {target.name} to {args.to} in {tree}"):
-            rolled = roll.apply(target, args.to, _settings(args), layout, tree)
-    except Ds4xError as e:
-        if not tree.exists():
-            raise
-        # a patch did not apply: the tree stays for the developer, pins.toml as it was
-        raise Ds4xError(str(e), roll.next_steps(target.name, tree, e.hint if "applied upstream" in str(e) else None)) from None
+    with log.step(f"roll {target.name} to {args.to} in {tree}"):
+        rolled = roll.apply(target, args.to, _settings(args), layout, tree)
     for name, status in rolled.statuses:
         print(f"  {name}: {status}")
-    workspace.refresh(tree, layout, target.name)
-    roll.write_pin(args.pins, target, rolled)
+    staged = roll.stage_pin(args.pins, target, rolled)  # checked before any patch file changes
+    try:
+        workspace.refresh(tree, layout, target.name)
+    except BaseException:
+        staged.unlink()
+        raise
+    os.replace(staged, args.pins)
     kernels = f", kernels {rolled.kernels.filename}" if rolled.kernels else ""
     print(f"{args.pins}: {target.name} now pins {rolled.pin.filename} (sha256 {rolled.pin.sha256[:12]}){kernels}; "
           f"patches refreshed from {tree}")
     return 0
+
+
+def _online(args: argparse.Namespace) -> None:
+    if args.offline:
+        raise InputError(f"{args.command} reads the package index", "run it without --offline")
 
 
 def cmd_wheel(args: argparse.Namespace) -> int:

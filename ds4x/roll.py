@@ -6,12 +6,12 @@ with the next commands, and pins.toml stays as it was."""
 
 from __future__ import annotations
 
-import os
+import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ds4x import pins, sources, workspace
+from ds4x import gitops, pins, series, sources, workspace
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger
 from ds4x.pins import Artifact, Target
@@ -23,6 +23,19 @@ class Rolled:
     pin: Artifact
     kernels: Artifact | None
     statuses: list[tuple[str, str]]  # (patch, "applies cleanly" | "applies with offsets (refreshed)")
+
+
+class Conflict(Ds4xError):
+    """A patch that does not apply to the release; the tree holds those before it."""
+
+    def __init__(self, error: Ds4xError, target: str, tree: Path, remaining: list[str], upstream: bool) -> None:
+        if upstream:
+            work = f"{error.hint} (that patch is upstream now)"
+        else:
+            work = (f"in {tree}, `git am --3way` these patches in series order, fixing each where it stops: "
+                    f"{', '.join(remaining)}; then `build.py refresh --target {target} --dir {tree}`")
+        super().__init__(f"{error}", f"{tree} holds the patches that applied, as commits; {work}; then delete "
+                                     f"{tree} and run this roll again")
 
 
 def _kind(target: Target) -> str:
@@ -38,21 +51,25 @@ def _kernels(target: Target, version: str) -> Artifact | None:
         return None
     try:
         return sources.release(target.kernels_wheel, version)
-    except Ds4xError:
+    except InputError:
         logger.warning("no %s %s on the index: the kernels wheel pin is dropped", target.kernels_wheel.project, version)
         return None
 
 
 def apply(target: Target, version: str, settings: sources.Settings, layout: workspace.Layout, tree: Path) -> Rolled:
-    """The series on `version` in `tree`; raises (tree kept) at the first patch that does not apply."""
+    """The series on `version` in `tree`; a Conflict (tree kept) at the first patch that does not apply."""
     kind = _kind(target)
     pinned: Artifact = getattr(target, kind)
     new = sources.release(pinned, version)
     release = replace(target, git=None, sdist=new) if kind == "sdist" else replace(target, git=None, wheel=new)
     base = sources.fetch(release, replace(settings, source=kind))
-    if tree.exists():
-        raise InputError(f"{tree} exists", "delete it, or pass --dir to another folder")
-    entries = workspace.apply_series(base, tree, layout)  # raises naming the patch and its hunk
+    try:
+        entries = workspace.apply_series(base, tree, layout)
+    except Ds4xError as e:
+        listed = [entry.name for entry in series.parse_series(layout.series(target.name))]
+        with gitops.open_repo(tree) as repo:
+            applied = int(gitops.run(repo, "rev-list", "--count", f"{workspace.BASE_REF}..HEAD"))
+        raise Conflict(e, target.name, tree, listed[applied:], "applied upstream" in str(e)) from None
     texts = workspace.export_texts(tree)
     statuses = [(entry.name, "applies cleanly" if entry.path.read_text(encoding="utf-8") == text
                  else "applies with offsets (refreshed)") for entry, text in zip(entries, texts)]
@@ -64,34 +81,40 @@ def _inline(artifact: Artifact) -> str:
             f'filename = "{artifact.filename}", sha256 = "{artifact.sha256}" }}')
 
 
-def write_pin(path: Path, target: Target, rolled: Rolled) -> None:
-    """The target's table in pins.toml with the new pin (comments kept); checked
-    by loading it before it replaces the file."""
+def stage_pin(path: Path, target: Target, rolled: Rolled) -> Path:
+    """pins.toml with the target's new pin (comments kept) at `<path>.part`,
+    checked by loading it: the caller renames it into place."""
     text = path.read_text(encoding="utf-8")
-    start = text.index(f"[targets.{target.name}]")
-    end = text.find("\n[", start + 1)
-    end = len(text) if end < 0 else end + 1
+    header = re.search(rf"(?m)^\[targets\.{re.escape(target.name)}\][ \t]*$", text)
+    if header is None:
+        raise Ds4xError(f"{path}: no [targets.{target.name}] table to edit", "edit the pin by hand")
+    following = re.search(r"(?m)^\[", text[header.end():])
+    end = header.end() + following.start() if following else len(text)
+    table = text[header.end():end]
+
+    def setting(key: str, value: str | None, table: str) -> str:
+        """`key = value` in the table (None: the line removed)."""
+        line = re.compile(rf"(?m)^{re.escape(key)}[ \t]*=.*(?:\n|\Z)")
+        if value is None:
+            return line.sub("", table)
+        if not line.search(table):
+            raise Ds4xError(f"{path}: no `{key} = ...` line in [targets.{target.name}]", "edit the pin by hand")
+        return line.sub(lambda m: f"{key} = {value}" + ("\n" if m[0].endswith("\n") else ""), table, count=1)
+
     old: Artifact = getattr(target, rolled.kind)
-    table = text[start:end]
-    table = re.sub(rf"(?m)^{rolled.kind} = .*$", f"{rolled.kind} = {_inline(rolled.pin)}", table)
-    table = re.sub(r"(?m)^(description = .*)$", lambda m: m[1].replace(old.version, rolled.pin.version), table)
-    table = re.sub(r"(?m)^git = .*\n", "", table)  # the old release's commit; the new file's sha256 pins it now
-    if rolled.kernels is not None:
-        table = re.sub(r"(?m)^kernels-wheel = .*$", f"kernels-wheel = {_inline(rolled.kernels)}", table)
-    else:
-        table = re.sub(r"(?m)^kernels-wheel = .*\n", "", table)
+    table = setting(rolled.kind, _inline(rolled.pin), table)
+    table = setting("git", None, table)  # the old release's commit; the new file's sha256 pins it now
+    table = setting("kernels-wheel", _inline(rolled.kernels) if rolled.kernels else None, table)
+    if target.description:
+        version = rf"(?<![\d.]){re.escape(old.version)}(?![\d.])"  # 0.27.1 in "v0.27.1", not in "0.27.10"
+        table = setting("description", json.dumps(re.sub(version, rolled.pin.version, target.description)), table)
     part = path.with_name(path.name + ".part")
-    part.write_text(text[:start] + table + text[end:], encoding="utf-8")
+    part.write_text(text[:header.end()] + table + text[end:], encoding="utf-8")
     try:
-        pins.load(part).get(target.name)
+        written = pins.load(part).get(target.name)
+        if getattr(written, rolled.kind) != rolled.pin or written.kernels_wheel != rolled.kernels:
+            raise Ds4xError(f"{path}: the new pin did not land in [targets.{target.name}]", "edit the pin by hand")
     except BaseException:
         part.unlink()
         raise
-    os.replace(part, path)
-
-
-def next_steps(target: str, tree: Path, fix: str | None = None) -> str:
-    """What to do with the tree a conflict left (fix: the step that replaces the patch work)."""
-    work = fix or "in it, `git am --3way` the patch named above (or apply it by hand), fix and commit"
-    return (f"{tree} holds the patches that applied, as commits; {work}; then `build.py refresh --target {target} "
-            f"--dir {tree}`, delete {tree}, and run this roll again")
+    return part

@@ -143,14 +143,17 @@ class _Links(html.parser.HTMLParser):
         self.links: dict[str, str] = {}
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        href = dict(attrs).get("href")
+        found = dict(attrs)
+        href = found.get("href")
         if tag == "a" and href:
-            self.links[Path(urllib.parse.urlparse(href).path).name] = href
+            yanked = ("&" if "#" in href else "#") + "yanked" if "data-yanked" in found else ""
+            self.links[Path(urllib.parse.urlparse(href).path).name] = href + yanked
 
 
 def _index_files(project: str) -> tuple[str, dict[str, str]]:
     """The project's index page and its files: name -> URL (a `#sha256=` fragment
-    kept when the index gives one), from the Simple API (PEP 691 JSON, else PEP 503 HTML)."""
+    kept when the index gives one, `yanked` added to a yanked file's), from the
+    Simple API (PEP 691 JSON, else PEP 503 HTML)."""
     index = index_url()
     if urllib.parse.urlparse(index).scheme not in ("http", "https"):
         raise Ds4xError(f"the package index {index!r} is not an http(s) URL", "set PIP_INDEX_URL to your index's URL")
@@ -164,7 +167,10 @@ def _index_files(project: str) -> tuple[str, dict[str, str]]:
             body = response.read().decode(errors="replace")
             return body, "json" in response.headers.get("Content-Type", "")
 
-    body, is_json = _retrying(f"index page {page}", read)
+    try:
+        body, is_json = _retrying(f"index page {page}", read)
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        raise Ds4xError(f"cannot read the index page {page}: {e}", "check the network and PIP_INDEX_URL") from e
     if not is_json:
         links = _Links()
         links.feed(body)
@@ -172,7 +178,7 @@ def _index_files(project: str) -> tuple[str, dict[str, str]]:
     try:
         return page, {f["filename"]: f["url"].split("#", 1)[0] + (f"#sha256={f['hashes']['sha256']}"
                                                                    if "sha256" in f.get("hashes", {}) else "")
-                      for f in json.loads(body)["files"] if not f.get("yanked")}
+                      + ("&yanked" if f.get("yanked") else "") for f in json.loads(body)["files"]}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise Ds4xError(f"index page {page} is not a simple-API page: {e}", "check PIP_INDEX_URL") from None
 
@@ -181,35 +187,41 @@ def _file_url(artifact: Artifact) -> str:
     page, urls = _index_files(artifact.project)
     if artifact.filename not in urls:
         raise Ds4xError(f"{artifact.filename} is not on the index page {page}", "check the pin or PIP_INDEX_URL")
-    return str(urllib.parse.urljoin(page, urls[artifact.filename])).split("#", 1)[0]
+    return str(urllib.parse.urljoin(page, urls[artifact.filename])).split("#", 1)[0]  # a pin may name a yanked file
 
 
 def release(artifact: Artifact, version: str | None = None) -> Artifact:
     """A release of the artifact's project on the index (`version`, else the
-    newest final one), in the same form (an sdist, or a wheel with the same
-    tags), with its sha256 from the index."""
+    newest final one not yanked), in the same form (an sdist, or a wheel with
+    the same tags), with its sha256 from the index."""
     from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
+    from packaging.version import InvalidVersion, Version
 
-    def parse(name: str) -> tuple[Any, str] | None:
+    def parse(name: str) -> Version | None:
         try:
             if artifact.filename.endswith(".whl"):
-                version, tags = parse_wheel_filename(name)[1], parse_wheel_filename(name)[3]
-                return (version, name) if tags == parse_wheel_filename(artifact.filename)[3] else None
-            return (parse_sdist_filename(name)[1], name) if name.endswith(".tar.gz") else None
+                _, found, _, tags = parse_wheel_filename(name)
+                return found if tags == parse_wheel_filename(artifact.filename)[3] else None
+            return parse_sdist_filename(name)[1] if name.endswith(".tar.gz") else None
         except (InvalidWheelFilename, InvalidSdistFilename):
             return None
 
+    try:
+        wanted = Version(version) if version else None
+    except InvalidVersion:
+        raise InputError(f"--to {version!r} is not a version", "give a release's version, e.g. 0.32.0") from None
     page, urls = _index_files(artifact.project)
-    found = [parsed for name in urls if (parsed := parse(name))
-             and (str(parsed[0]) == version if version else not parsed[0].is_prerelease)]
+    found = [(v, name) for name, url in urls.items() if (v := parse(name)) is not None
+             and (v == wanted if wanted else not v.is_prerelease and "yanked" not in urllib.parse.urlparse(url).fragment)]
     if not found:
         raise InputError(f"no {version or 'final'} release of {artifact.project} like {artifact.filename} on {page}",
                          "check the version (see `check --newest`)")
-    _, name = max(found)
-    sha256 = urllib.parse.urlparse(urls[name]).fragment.removeprefix("sha256=")
-    if len(sha256) != 64:
+    newest, name = max(found)
+    fragment = urllib.parse.urlparse(urls[name]).fragment
+    sha256 = fragment.split("&", 1)[0].removeprefix("sha256=").lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
         raise Ds4xError(f"{page} gives no sha256 for {name}", "use an index that publishes hashes (PEP 503/691)")
-    return Artifact(project=artifact.project, version=str(max(found)[0]), filename=name, sha256=sha256)
+    return Artifact(project=artifact.project, version=str(newest), filename=name, sha256=sha256)
 
 
 def _stream(url: str, part: Path, label: str) -> str:
@@ -257,10 +269,7 @@ def download(artifact: Artifact, settings: Settings) -> Path:
         return dest
     if settings.offline:
         raise Ds4xError(f"{artifact.filename} is not in the cache ({dest.parent})", "run once without --offline")
-    try:
-        url = _file_url(artifact)
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
-        raise Ds4xError(f"cannot download {artifact.filename}: {e}", "check the network and PIP_INDEX_URL") from e
+    url = _file_url(artifact)
     part = dest.with_name(dest.name + ".part")
     actual = _stream(url, part, artifact.filename)
     if actual != artifact.sha256:

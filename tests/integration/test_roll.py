@@ -50,8 +50,13 @@ def test_a_conflict_leaves_the_tree_and_the_pins(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "spec-decode-per-request-draft-depth-in-the-scheduler.patch: does not apply to vllm @ " in err
     assert "hunk at vllm/v1/core/sched/scheduler.py:" in err and "run this roll again" in err
+    # the steps name every patch still to carry over, in series order
+    assert ("spec-decode-per-request-draft-depth-in-the-scheduler.patch, "
+            "spec-decode-full-decode-cuda-graphs-for-every-verify-depth.patch") in err
     assert (project / "pins.toml").read_bytes() == before
     assert (project / "trees" / "vllm-0.32.0" / "vllm" / "v1" / "core" / "sched" / "scheduler.py").exists()
+    assert roll(project, "vllm", "0.32.0") == 2  # the tree it left is not overwritten
+    assert "trees/vllm-0.32.0 exists" in capsys.readouterr().err
 
 
 def test_a_patch_edited_to_clash_is_reported(capsys: pytest.CaptureFixture[str], project: Path) -> None:

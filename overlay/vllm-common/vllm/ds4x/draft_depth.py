@@ -394,9 +394,11 @@ class DepthPolicy:
         if state is None or self.config.policy != "adaptive":
             return
         self._apply(state)
+        full = 1 / self.config.smoothing  # observations that make an estimate count in full
         for phase, seed in self.seed.items():
-            mine = state.acceptance[phase].rates
-            seed.rates = [s + 0.25 * (m - s) for s, m in zip(seed.rates, mine)]
+            mine = state.acceptance[phase]
+            seen = mine.counts or [0] * len(mine.rates)
+            seed.rates = [s + 0.25 * min(1.0, n / full) * (m - s) for s, m, n in zip(seed.rates, mine.rates, seen)]
 
     def on_tokens(self, request_id: str, new: Sequence[int], history: Sequence[int] | None = None) -> None:
         """history: all of the request's tokens, ending with `new` (default: just
@@ -437,9 +439,9 @@ class DepthPolicy:
         state.outcomes[drafted * self._k1 + accepted] += 1
         state.pending += 1
         if state.probing or state.pending >= self.config.hold_steps:  # a probe is one step
-            state.probing = False
+            probe, state.probing = state.probing, False
             self._apply(state)
-            self.set_depth(state, self._decide(state))
+            self.set_depth(state, self._decide(state, force=probe))  # a probe's depth was not a choice
 
     def set_depth(self, state: RequestState, depth: int) -> None:
         state.depth = depth
