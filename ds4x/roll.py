@@ -66,6 +66,8 @@ def apply(target: Target, version: str, settings: sources.Settings, layout: work
     try:
         entries = workspace.apply_series(base, tree, layout)
     except Ds4xError as e:
+        if not (tree / ".git").is_dir():  # it failed before any patch: nothing to leave behind
+            raise
         listed = [entry.name for entry in series.parse_series(layout.series(target.name))]
         with gitops.open_repo(tree) as repo:
             applied = int(gitops.run(repo, "rev-list", "--count", f"{workspace.BASE_REF}..HEAD"))
