@@ -150,13 +150,11 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check_newest(args: argparse.Namespace) -> int:
     """`check --newest`: does the series apply to the newest release on the
     index? Upstream drift at a glance; pins.toml is not touched."""
-    from dataclasses import replace
-
-    from ds4x import sources, workspace
+    from ds4x import roll, sources, workspace
 
     _online(args)
     for target in _chosen(args, all_by_default=True):
-        kind = next((k for k in ("sdist", "wheel") if getattr(target, k) is not None), None)
+        kind = roll.released_kind(target)
         if kind is None:
             print(f"{target.name}: pinned to a git commit only; no release on the index to compare")
             continue
@@ -165,9 +163,8 @@ def _check_newest(args: argparse.Namespace) -> int:
         if latest.version == pinned.version:
             print(f"{target.name}: {pinned.version} is the newest release")
             continue
-        release = replace(target, git=None, sdist=latest) if kind == "sdist" else replace(target, git=None, wheel=latest)
-        try:  # the release's own tree: no pinned commit to match
-            base = sources.fetch(release, replace(_settings(args), source=kind))
+        try:
+            base = roll.fetch_release(target, kind, latest, _settings(args))
             problems = [p for p in workspace.check(base, _layout(args)) if "not listed in series" not in p]
         except Ds4xError as e:
             problems = [str(e)]

@@ -38,11 +38,15 @@ class Conflict(Ds4xError):
                                      f"{tree} and run this roll again")
 
 
-def _kind(target: Target) -> str:
-    for kind in ("sdist", "wheel"):
-        if getattr(target, kind) is not None:
-            return kind
-    raise InputError(f"target {target.name} is pinned to a git commit only", "roll moves sdist and wheel pins")
+def released_kind(target: Target) -> str | None:
+    """The pin a release on the index can replace: sdist or wheel (None: git only)."""
+    return next((kind for kind in ("sdist", "wheel") if getattr(target, kind) is not None), None)
+
+
+def fetch_release(target: Target, kind: str, artifact: Artifact, settings: sources.Settings) -> sources.Base:
+    """The release's own tree: its file instead of the pinned one, no pinned commit to match."""
+    release = replace(target, git=None, sdist=artifact) if kind == "sdist" else replace(target, git=None, wheel=artifact)
+    return sources.fetch(release, replace(settings, source=kind))
 
 
 def _kernels(target: Target, version: str) -> Artifact | None:
@@ -58,11 +62,11 @@ def _kernels(target: Target, version: str) -> Artifact | None:
 
 def apply(target: Target, version: str, settings: sources.Settings, layout: workspace.Layout, tree: Path) -> Rolled:
     """The series on `version` in `tree`; a Conflict (tree kept) at the first patch that does not apply."""
-    kind = _kind(target)
-    pinned: Artifact = getattr(target, kind)
-    new = sources.release(pinned, version)
-    release = replace(target, git=None, sdist=new) if kind == "sdist" else replace(target, git=None, wheel=new)
-    base = sources.fetch(release, replace(settings, source=kind))
+    kind = released_kind(target)
+    if kind is None:
+        raise InputError(f"target {target.name} is pinned to a git commit only", "roll moves sdist and wheel pins")
+    new = sources.release(getattr(target, kind), version)
+    base = fetch_release(target, kind, new, settings)
     try:
         entries = workspace.apply_series(base, tree, layout)
     except Ds4xError as e:

@@ -135,25 +135,41 @@ def _retrying(what: str, attempt: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
-class _Links(html.parser.HTMLParser):
-    """The anchors of a PEP 503 HTML index page: file name -> href."""
+@dataclass(frozen=True)
+class IndexFile:
+    """One file of a project's index page."""
 
-    def __init__(self) -> None:
+    url: str  # absolute, without a fragment
+    sha256: str | None  # as the index gives it, lower case
+    yanked: bool
+
+
+def _index_file(page: str, href: str, sha256: str | None, yanked: bool) -> IndexFile:
+    url, _, fragment = urllib.parse.urljoin(page, href).partition("#")
+    if sha256 is None and fragment.startswith("sha256="):
+        sha256 = fragment.removeprefix("sha256=")
+    return IndexFile(url=url, sha256=sha256.lower() if sha256 else None, yanked=yanked)
+
+
+class _Links(html.parser.HTMLParser):
+    """The files of a PEP 503 HTML index page, by name."""
+
+    def __init__(self, page: str) -> None:
         super().__init__()
-        self.links: dict[str, str] = {}
+        self.page = page
+        self.files: dict[str, IndexFile] = {}
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = dict(attrs)
         href = found.get("href")
         if tag == "a" and href:
-            yanked = ("&" if "#" in href else "#") + "yanked" if "data-yanked" in found else ""
-            self.links[Path(urllib.parse.urlparse(href).path).name] = href + yanked
+            name = Path(urllib.parse.urlparse(href).path).name
+            self.files[name] = _index_file(self.page, href, None, "data-yanked" in found)
 
 
-def _index_files(project: str) -> tuple[str, dict[str, str]]:
-    """The project's index page and its files: name -> URL (a `#sha256=` fragment
-    kept when the index gives one, `yanked` added to a yanked file's), from the
-    Simple API (PEP 691 JSON, else PEP 503 HTML)."""
+def _index_files(project: str) -> tuple[str, dict[str, IndexFile]]:
+    """The project's index page and its files by name, from the Simple API
+    (PEP 691 JSON, else PEP 503 HTML)."""
     index = index_url()
     if urllib.parse.urlparse(index).scheme not in ("http", "https"):
         raise Ds4xError(f"the package index {index!r} is not an http(s) URL", "set PIP_INDEX_URL to your index's URL")
@@ -172,22 +188,22 @@ def _index_files(project: str) -> tuple[str, dict[str, str]]:
     except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         raise Ds4xError(f"cannot read the index page {page}: {e}", "check the network and PIP_INDEX_URL") from e
     if not is_json:
-        links = _Links()
+        links = _Links(page)
         links.feed(body)
-        return page, links.links
+        return page, links.files
     try:
-        return page, {f["filename"]: f["url"].split("#", 1)[0] + (f"#sha256={f['hashes']['sha256']}"
-                                                                   if "sha256" in f.get("hashes", {}) else "")
-                      + ("&yanked" if f.get("yanked") else "") for f in json.loads(body)["files"]}
+        return page, {f["filename"]: _index_file(page, f["url"], f.get("hashes", {}).get("sha256"),
+                                                 bool(f.get("yanked")))
+                      for f in json.loads(body)["files"]}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise Ds4xError(f"index page {page} is not a simple-API page: {e}", "check PIP_INDEX_URL") from None
 
 
 def _file_url(artifact: Artifact) -> str:
-    page, urls = _index_files(artifact.project)
-    if artifact.filename not in urls:
+    page, files = _index_files(artifact.project)
+    if artifact.filename not in files:
         raise Ds4xError(f"{artifact.filename} is not on the index page {page}", "check the pin or PIP_INDEX_URL")
-    return str(urllib.parse.urljoin(page, urls[artifact.filename])).split("#", 1)[0]  # a pin may name a yanked file
+    return files[artifact.filename].url  # a pin may name a yanked file
 
 
 def release(artifact: Artifact, version: str | None = None) -> Artifact:
@@ -210,16 +226,15 @@ def release(artifact: Artifact, version: str | None = None) -> Artifact:
         wanted = Version(version) if version else None
     except InvalidVersion:
         raise InputError(f"--to {version!r} is not a version", "give a release's version, e.g. 0.32.0") from None
-    page, urls = _index_files(artifact.project)
-    found = [(v, name) for name, url in urls.items() if (v := parse(name)) is not None
-             and (v == wanted if wanted else not v.is_prerelease and "yanked" not in urllib.parse.urlparse(url).fragment)]
+    page, files = _index_files(artifact.project)
+    found = [(v, name) for name, file in files.items() if (v := parse(name)) is not None
+             and (v == wanted if wanted else not v.is_prerelease and not file.yanked)]
     if not found:
         raise InputError(f"no {version or 'final'} release of {artifact.project} like {artifact.filename} on {page}",
                          "check the version (see `check --newest`)")
     newest, name = max(found)
-    fragment = urllib.parse.urlparse(urls[name]).fragment
-    sha256 = fragment.split("&", 1)[0].removeprefix("sha256=").lower()
-    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+    sha256 = files[name].sha256
+    if sha256 is None or not re.fullmatch(r"[0-9a-f]{64}", sha256):
         raise Ds4xError(f"{page} gives no sha256 for {name}", "use an index that publishes hashes (PEP 503/691)")
     return Artifact(project=artifact.project, version=str(newest), filename=name, sha256=sha256)
 
