@@ -74,6 +74,7 @@ class DecodeGraphs(Generic[D]):
             key = (query_len(desc), getattr(desc, "num_active_loras", 0))
             self.by_len.setdefault(key, []).append(desc)
         self.by_len = dict(sorted(self.by_len.items(), key=lambda item: (item[0][0] or 0, item[0][1])))
+        self.lengths = frozenset(q for q, _ in self.by_len)
 
     @classmethod
     def build(cls, query_lens: Iterable[int], counts: Iterable[int],
@@ -100,7 +101,7 @@ class DecodeGraphs(Generic[D]):
     def query_len(self, max_query_len: int, default: int) -> int:
         """Model runner v1: the query length a batch whose longest request has
         max_query_len is uniform at (default: 1 + K_max, vLLM's own)."""
-        return max_query_len if any(q == max_query_len for q, _ in self.by_len) else default
+        return max_query_len if max_query_len in self.lengths else default
 
     def find(self, num_reqs: int, uniform_token_count: int | None, num_active_loras: int = 0) -> D | None:
         for desc in self.by_len.get((uniform_token_count, num_active_loras), ()) if uniform_token_count else ():

@@ -201,14 +201,19 @@ class PhaseTracker:
         return phase
 
 
-def expected_tokens(acceptance: Sequence[float], depth: int) -> float:
-    """1 (the bonus token) + expected accepted prefix of `depth` drafts, with
-    conditional acceptance per position."""
-    total, survive = 1.0, 1.0
+def expected_tokens_by_depth(acceptance: Sequence[float], depth: int) -> list[float]:
+    """For each depth 0..`depth`: 1 (the bonus token) + the expected accepted
+    prefix of that many drafts, with conditional acceptance per position."""
+    totals, total, survive = [1.0], 1.0, 1.0
     for p in acceptance[:depth]:
         survive *= p
         total += survive
-    return total
+        totals.append(total)
+    return totals
+
+
+def expected_tokens(acceptance: Sequence[float], depth: int) -> float:
+    return expected_tokens_by_depth(acceptance, depth)[-1]
 
 
 PRIOR_SAMPLES = 4  # what a starting acceptance estimate weighs, in observations
@@ -318,11 +323,7 @@ def best_depth(acceptance: Sequence[float], costs: Sequence[float],
                candidates: Sequence[int]) -> tuple[int, list[float]]:
     """The depth with most expected tokens per unit of step cost (the shallower
     on a tie; candidates ascending), and the rate of every depth."""
-    rates, total, survive = [1.0 / costs[0]], 1.0, 1.0
-    for depth in range(1, len(costs)):
-        survive *= acceptance[depth - 1]
-        total += survive
-        rates.append(total / costs[depth])
+    rates = [tokens / cost for tokens, cost in zip(expected_tokens_by_depth(acceptance, len(costs) - 1), costs)]
     best = candidates[0]
     for depth in candidates:
         if rates[depth] > rates[best]:
@@ -446,6 +447,14 @@ class DepthPolicy:
     def set_depth(self, state: RequestState, depth: int) -> None:
         state.depth = depth
         state.slot = ((state.phase == ANSWER) * self._k1 + depth) * self._k1 * self._k1
+
+    def unpack_tally(self, code: int) -> tuple[str, int, int, int]:
+        """(phase, chosen depth, drafted, accepted) of a tally code,
+        RequestState.slot + drafted * (K_max + 1) + accepted."""
+        rest, accepted = divmod(code, self._k1)
+        slot, drafted = divmod(rest, self._k1)
+        answer, chosen = divmod(slot, self._k1)
+        return ANSWER if answer else REASONING, chosen, drafted, accepted
 
     def _apply(self, state: RequestState) -> None:
         """Pending verifications into the estimate of the request's phase."""

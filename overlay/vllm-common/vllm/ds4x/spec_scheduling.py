@@ -12,7 +12,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from vllm.ds4x.draft_depth import ANSWER, REASONING, DepthPolicy, DraftDepthConfig, PhaseTracker, RequestState
+from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig, PhaseTracker, RequestState
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
 
@@ -138,7 +138,9 @@ class DraftDepthScheduling:
             state = self._state(request)
             if state.depth and not state.exploring:  # nothing to count at this depth
                 return
-        self.policy.tokens(self._state(request), new_token_ids, request.all_token_ids)
+        else:
+            state = self._state(request)
+        self.policy.tokens(state, new_token_ids, request.all_token_ids)
 
     def forget(self, request_id: str) -> None:
         self.policy.forget(request_id)
@@ -149,16 +151,13 @@ class DraftDepthScheduling:
 
     def _tally(self) -> None:
         """The step's verifications into its spec-decode stats, once."""
-        stats, verified, k1 = self._stats, self._verified, self._k1
+        stats, verified = self._stats, self._verified
         self._stats = None
         if stats is not None and verified:
             if stats.ds4x is None:
                 stats.ds4x = DepthStats()
             for code, count in verified.items():
-                rest, accepted = divmod(code, k1)
-                slot, drafted = divmod(rest, k1)
-                answer, chosen = divmod(slot, k1)
-                stats.ds4x.observe(ANSWER if answer else REASONING, chosen, drafted, accepted, count)
+                stats.ds4x.observe(*self.policy.unpack_tally(code), count)
         verified.clear()
 
     def _time_step(self, scheduler_output: Any) -> None:
