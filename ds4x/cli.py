@@ -179,7 +179,7 @@ def cmd_roll(args: argparse.Namespace) -> int:
     from ds4x import roll, workspace
 
     target = _one(args)
-    tree = args.dir or args.pins.parent / "trees" / f"{target.name}-{args.to}"
+    tree = args.dir or args.pins.parent / "trees" / f"{target.name}-{args.to[:12]}"
     if tree.exists():
         raise InputError(f"{tree} exists", "delete it, or pass --dir to another folder")
     _online(args)
@@ -195,9 +195,14 @@ def cmd_roll(args: argparse.Namespace) -> int:
         staged.unlink()
         raise
     os.replace(staged, args.pins)
-    kernels = f", kernels {rolled.kernels.filename}" if rolled.kernels else ""
-    print(f"{args.pins}: {target.name} now pins {rolled.pin.filename} (sha256 {rolled.pin.sha256[:12]}){kernels}; "
-          f"patches refreshed from {tree}")
+    if rolled.pin is None:
+        assert rolled.git is not None
+        pinned = f"commit {rolled.git.commit}"
+    else:
+        pinned = f"{rolled.pin.filename} (sha256 {rolled.pin.sha256[:12]})"
+        pinned += f", kernels {rolled.kernels.filename}" if rolled.kernels else ""
+        pinned += f", commit {rolled.git.commit}" if rolled.git else ""
+    print(f"{args.pins}: {target.name} now pins {pinned}; patches refreshed from {tree}")
     return 0
 
 
@@ -279,10 +284,11 @@ def parser() -> argparse.ArgumentParser:
     _targets(p, "required")
     p.add_argument("--output", type=Path, help="folder (default: dist/patches/<target>)")
     p.add_argument("--mbox", type=Path, help="one mbox file instead of a folder")
-    p = add("roll", cmd_roll, "move a target's sdist or wheel pin to another release, re-applying the series")
+    p = add("roll", cmd_roll, "move a target's pin to another release or commit, re-applying the series")
     _targets(p, "required, one")
-    p.add_argument("--to", required=True, metavar="VERSION", help="the release to pin (see `check --newest`)")
-    p.add_argument("--dir", type=Path, help="development tree (default: trees/<target>-<version>)")
+    p.add_argument("--to", required=True, metavar="VERSION|COMMIT",
+                   help="the release to pin (sdist and wheel pins; see `check --newest`), or the commit (git-only pins)")
+    p.add_argument("--dir", type=Path, help="development tree (default: trees/<target>-<version or commit>)")
     p = add("check", cmd_check, "every patch applies exactly and re-exports byte for byte")
     _targets(p, "all")
     p.add_argument("--newest", action="store_true",

@@ -61,6 +61,16 @@ def run(repo: Repo, *args: str) -> str:
         raise Ds4xError(f"git {' '.join(args[:3])} failed in {repo.working_dir}:\n{tail}") from e
 
 
+def resolve_commit(path: Path, rev: str) -> str | None:
+    """The full id of the commit `rev` names in the repository at `path` (a
+    mirror may be a bare git dir), or None."""
+    with open_repo(path) as repo:
+        try:
+            return run(repo, "--git-dir", str(repo.git_dir), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+        except Ds4xError:
+            return None
+
+
 def head(repo: Repo) -> str:
     return repo.head.commit.hexsha
 

@@ -1,8 +1,9 @@
-"""`roll`: move a target's sdist or wheel pin to another release. The series is
-applied to the release in a development tree, patch by patch. When every patch
-applies, the patches are refreshed from the tree and pins.toml gets the new pin.
-At the first patch that does not apply, the tree is left for the developer
-with the next commands, and pins.toml stays as it was."""
+"""`roll`: move a target's pin to another release (sdist or wheel pins) or
+commit (git-only pins). The series is applied there in a development tree,
+patch by patch. When every patch applies, the patches are refreshed from the
+tree and pins.toml gets the new pin. At the first patch that does not apply,
+the tree is left for the developer with the next commands, and pins.toml
+stays as it was."""
 
 from __future__ import annotations
 
@@ -14,27 +15,38 @@ from pathlib import Path
 from ds4x import gitops, pins, series, sources, workspace
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger
-from ds4x.pins import Artifact, Target
+from ds4x.pins import Artifact, GitPin, Target
+
+# The pinned base's commit in a conflicted tree: `git am --3way` finds each
+# patch's preimage blobs there and merges, instead of stopping at the hunk.
+PINNED_REF = "refs/ds4x/pinned"
+
+
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
 
 @dataclass(frozen=True)
 class Rolled:
-    kind: str  # "sdist" | "wheel"
-    pin: Artifact
+    kind: str  # "sdist" | "wheel" | "git"
+    pin: Artifact | None  # the new file (None: a git-only target)
     kernels: Artifact | None
+    git: GitPin | None  # the new commit, when it can be pinned in full
     statuses: list[tuple[str, str]]  # (patch, "applies cleanly" | "applies with offsets (refreshed)")
 
 
 class Conflict(Ds4xError):
     """A patch that does not apply to the release; the tree holds those before it."""
 
-    def __init__(self, error: Ds4xError, target: str, tree: Path, remaining: list[str], upstream: bool) -> None:
+    def __init__(self, error: Ds4xError, target: str, tree: Path, remaining: list[str], upstream: bool,
+                 pinned: bool, history: str) -> None:
         if upstream:
             work = f"{error.hint} (that patch is upstream now)"
         else:
-            work = (f"in {tree}, `git am --3way` these patches in series order, fixing each where it stops: "
-                    f"{', '.join(remaining)}; then `build.py refresh --target {target} --dir {tree}`")
-        super().__init__(f"{error}", f"{tree} holds the patches that applied, as commits; {work}; then delete "
+            merge = (f" (the pinned base is there as {PINNED_REF}, so each merges, with conflict markers "
+                     "where it clashes)" if pinned else "")
+            work = (f"in {tree}, `git am --3way` these patches in series order{merge}, fixing each where it "
+                    f"stops: {', '.join(remaining)}; then `build.py refresh --target {target} --dir {tree}`")
+        super().__init__(f"{error}{history}", f"{tree} holds the patches that applied, as commits; {work}; then delete "
                                      f"{tree} and run this roll again")
 
 
@@ -60,13 +72,81 @@ def _kernels(target: Target, version: str) -> Artifact | None:
         return None
 
 
-def apply(target: Target, version: str, settings: sources.Settings, layout: workspace.Layout, tree: Path) -> Rolled:
-    """The series on `version` in `tree`; a Conflict (tree kept) at the first patch that does not apply."""
-    kind = released_kind(target)
-    if kind is None:
-        raise InputError(f"target {target.name} is pinned to a git commit only", "roll moves sdist and wheel pins")
-    new = sources.release(getattr(target, kind), version)
-    base = fetch_release(target, kind, new, settings)
+def _local(where: str) -> bool:
+    """A mirror on this machine (a path), where git history can be read."""
+    return "://" not in where and Path(where).exists()
+
+
+def _git_pin(target: Target, base: sources.Base, settings: sources.Settings) -> GitPin | None:
+    """The commit the release's sdist was cut from, in full. The sdist names an
+    abbreviation; a local mirror of the target's repository resolves it. None
+    (with a warning): the git pin cannot follow, and is dropped."""
+    if target.git is None:
+        return None
+    short = sources.sdist_commit(base.repo, target.package)
+    where = sources.resolve_url(target.git.url, settings.mirrors)
+    full = gitops.resolve_commit(Path(where), short) if short and _local(where) else None
+    if full:
+        return replace(target.git, commit=full)
+    logger.warning("%s names commit %s, which no local mirror of %s resolves in full: the git pin is dropped "
+                   "(set one with --mirror and roll again to keep it)", base.origin["filename"], short, target.git.url)
+    return None
+
+
+def _add_pinned_base(target: Target, kind: str, settings: sources.Settings, tree: Path) -> bool:
+    """The pinned base's commit into the conflicted tree, when the cache has it."""
+    try:
+        pinned = sources.fetch(target, replace(settings, source=kind, offline=True))
+    except Ds4xError:
+        return False
+    with gitops.open_repo(tree) as repo:
+        gitops.run(repo, "fetch", "-q", str(pinned.repo), f"HEAD:{PINNED_REF}")
+    return True
+
+
+def _commit(git: GitPin, to: str, settings: sources.Settings) -> GitPin:
+    """`--to` as a full commit: 40 hex digits, or fewer that a local mirror resolves."""
+    if not _COMMIT.fullmatch(to):
+        raise InputError(f"--to {to}: {git.url} is pinned to a git commit", "give a commit id (hex)")
+    where = sources.resolve_url(git.url, settings.mirrors)
+    if _local(where):
+        full = gitops.resolve_commit(Path(where), to)
+        if full is None:
+            raise InputError(f"--to {to}: no such commit in {where}", "give a commit of that repository")
+        to = full
+    if len(to) < 40:
+        raise InputError(f"--to {to}: an abbreviated commit", "give all 40 hex digits, or set a local mirror")
+    return replace(git, commit=to)
+
+
+def _history(tree: Path, old: str, new: str, error: Ds4xError) -> str:
+    """The upstream commits between the pin and the new base that touched the
+    conflicting hunk's file ("" when the tree has no such history: a shallow fetch)."""
+    found = re.search(r"hunk at (\S+):\d+", str(error))
+    if found is None:
+        return ""
+    with gitops.open_repo(tree) as repo:
+        try:
+            # old...new: the commits on either side (a roll may go back, or to another branch)
+            commits = gitops.run(repo, "log", "--format=%h %s", f"{old}...{new}", "--", found[1]).splitlines()
+        except Ds4xError:
+            return ""
+    shown = "; ".join(commits[:5]) + (f"; and {len(commits) - 5} more" if len(commits) > 5 else "")
+    return f"; {len(commits)} upstream commits between {old[:12]} and {new[:12]} touched {found[1]}: {shown}" if commits else ""
+
+
+def apply(target: Target, to: str, settings: sources.Settings, layout: workspace.Layout, tree: Path) -> Rolled:
+    """The series on release or commit `to` in `tree`; a Conflict (tree kept) at the first patch that does not apply."""
+    kind = released_kind(target) or "git"
+    new: Artifact | None = None
+    git: GitPin | None = None
+    if kind == "git":
+        assert target.git is not None
+        git = _commit(target.git, to, settings)
+        base = sources.fetch(replace(target, git=git), replace(settings, source="git"))
+    else:
+        new = sources.release(getattr(target, kind), to)
+        base = fetch_release(target, kind, new, settings)
     try:
         entries = workspace.apply_series(base, tree, layout)
     except Ds4xError as e:
@@ -75,11 +155,16 @@ def apply(target: Target, version: str, settings: sources.Settings, layout: work
         listed = [entry.name for entry in series.parse_series(layout.series(target.name))]
         with gitops.open_repo(tree) as repo:
             applied = int(gitops.run(repo, "rev-list", "--count", f"{workspace.BASE_REF}..HEAD"))
-        raise Conflict(e, target.name, tree, listed[applied:], "applied upstream" in str(e)) from None
+        history = _history(tree, target.git.commit, base.commit, e) if kind == "git" and target.git else ""
+        raise Conflict(e, target.name, tree, listed[applied:], "applied upstream" in str(e),
+                       _add_pinned_base(target, kind, settings, tree), history) from None
     texts = workspace.export_texts(tree)
     statuses = [(entry.name, "applies cleanly" if entry.path.read_text(encoding="utf-8") == text
                  else "applies with offsets (refreshed)") for entry, text in zip(entries, texts)]
-    return Rolled(kind=kind, pin=new, kernels=_kernels(target, new.version), statuses=statuses)
+    if new is None:
+        return Rolled(kind=kind, pin=None, kernels=target.kernels_wheel, git=git, statuses=statuses)
+    return Rolled(kind=kind, pin=new, kernels=_kernels(target, new.version), statuses=statuses,
+                  git=_git_pin(target, base, settings) if kind == "sdist" else target.git)
 
 
 def _inline(artifact: Artifact) -> str:
@@ -107,18 +192,22 @@ def stage_pin(path: Path, target: Target, rolled: Rolled) -> Path:
             raise Ds4xError(f"{path}: no `{key} = ...` line in [targets.{target.name}]", "edit the pin by hand")
         return line.sub(lambda m: f"{key} = {value}" + ("\n" if m[0].endswith("\n") else ""), table, count=1)
 
-    old: Artifact = getattr(target, rolled.kind)
-    table = setting(rolled.kind, _inline(rolled.pin), table)
-    table = setting("git", None, table)  # the old release's commit; the new file's sha256 pins it now
-    table = setting("kernels-wheel", _inline(rolled.kernels) if rolled.kernels else None, table)
-    if target.description:
-        version = rf"(?<![\d.]){re.escape(old.version)}(?![\d.])"  # 0.27.1 in "v0.27.1", not in "0.27.10"
-        table = setting("description", json.dumps(re.sub(version, rolled.pin.version, target.description)), table)
+    git = f'{{ url = "{rolled.git.url}", commit = "{rolled.git.commit}" }}' if rolled.git else None
+    table = setting("git", git, table)  # None: dropped, the new file's sha256 pins the release on its own
+    if rolled.pin is not None:
+        old: Artifact = getattr(target, rolled.kind)
+        table = setting(rolled.kind, _inline(rolled.pin), table)
+        table = setting("kernels-wheel", _inline(rolled.kernels) if rolled.kernels else None, table)
+        if target.description:
+            version = rf"(?<![\d.]){re.escape(old.version)}(?![\d.])"  # 0.27.1 in "v0.27.1", not in "0.27.10"
+            table = setting("description", json.dumps(re.sub(version, rolled.pin.version, target.description)),
+                            table)
     part = path.with_name(path.name + ".part")
     part.write_text(text[:header.end()] + table + text[end:], encoding="utf-8")
     try:
         written = pins.load(part).get(target.name)
-        if getattr(written, rolled.kind) != rolled.pin or written.kernels_wheel != rolled.kernels:
+        if ((rolled.pin is not None and getattr(written, rolled.kind) != rolled.pin)
+                or written.kernels_wheel != rolled.kernels or written.git != rolled.git):
             raise Ds4xError(f"{path}: the new pin did not land in [targets.{target.name}]", "edit the pin by hand")
     except BaseException:
         part.unlink()

@@ -322,7 +322,7 @@ def _unpack(archive: Path, dest: Path) -> int:
         return int(max(m.mtime for m in members))
 
 
-def _commit_id(tree: Path, package: str) -> str | None:
+def sdist_commit(tree: Path, package: str) -> str | None:
     """The commit an sdist was cut from, as its setuptools-scm _version.py says."""
     version_py = tree / package / "_version.py"
     found = re.search(r"commit_id\s*=\s*'g?([0-9a-f]{7,40})'", version_py.read_text()) if version_py.exists() else None
@@ -370,14 +370,12 @@ def _archive_base(target: Target, kind: str, settings: Settings) -> Base:
     artifact: Artifact = getattr(target, kind)
     dest = settings.cache / "src" / f"{target.name}-{kind}-{artifact.sha256}"
     origin: dict[str, Any] = {"kind": kind, "filename": artifact.filename, "sha256": artifact.sha256}
-    if target.git and kind == "sdist":
-        origin["commit"] = target.git.commit
 
     def fill(part: Path) -> None:
         archive = download(artifact, settings)
         epoch = _unpack(archive, part)
         if kind == "sdist" and target.git:
-            found = _commit_id(part, target.package)
+            found = sdist_commit(part, target.package)
             if not found or not target.git.commit.startswith(found):
                 raise Ds4xError(
                     f"{artifact.filename} says commit {found}, pinned {target.git.commit}",
@@ -390,6 +388,8 @@ def _archive_base(target: Target, kind: str, settings: Settings) -> Base:
             _build(dest, settings, fill)
     commit = _ready(dest, stamp=f"sha256: {artifact.sha256}")
     assert commit
+    if kind == "sdist":  # the pinned commit (checked above), else the abbreviation the sdist names
+        origin["commit"] = target.git.commit if target.git else sdist_commit(dest, target.package)
     return Base(target=target, repo=dest, commit=commit, origin=origin)
 
 

@@ -33,12 +33,25 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3,
 ENGINES = {"plain": None, **{name: {**NGRAM, "draft_depth": POLICIES[name]} for name in ("phase 1/2", "phase 0/2")}}
 
 
+def once_per_process() -> None:
+    """vLLM 0.32's CPU platform registers its Triton kernel overrides at every
+    engine start, scanning every loaded module; an n-gram engine has loaded
+    numba, whose llvmlite wrappers break that scan. The overrides are
+    process-wide, so after the first engine they are kept and not redone (a
+    server runs one engine per process and never meets this)."""
+    from vllm.platforms import current_platform
+
+    if hasattr(current_platform, "register_triton_kernel_overrides"):
+        current_platform.register_triton_kernel_overrides = lambda: None
+
+
 def run(model: str, speculative: dict[str, Any] | None) -> tuple[dict[str, list[int]], dict[str, Any]]:
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=model, dtype="bfloat16", max_model_len=512, seed=0, kv_cache_memory_bytes=256 << 20,
               enforce_eager=True, gpu_memory_utilization=0.05, disable_log_stats=False, reasoning_parser="deepseek_r1",
               speculative_config=speculative, max_num_seqs=8)
+    once_per_process()
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
     tokens = {}
     for batch, names in BATCHES.items():

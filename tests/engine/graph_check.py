@@ -53,8 +53,10 @@ def dispatcher(config: VllmConfig) -> Any:
     from vllm.ds4x.decode_graphs import decode_query_lens
     from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
 
-    # what resolve_cudagraph_mode_and_sizes does for v1 with spec decode
-    config.compilation_config.adjust_cudagraph_sizes_for_spec_decode(1 + K, 1)
+    # what resolve_cudagraph_mode_and_sizes does for v1 with spec decode (tensor
+    # parallel size 1: an argument of its own before vLLM 0.32)
+    adjust = config.compilation_config.adjust_cudagraph_sizes_for_spec_decode
+    adjust(*(1 + K, 1)[:len(inspect.signature(adjust).parameters)])
     with set_current_vllm_config(config):
         disp = CudagraphDispatcher(config)
         disp.initialize_cudagraph_keys(CUDAGraphMode.FULL_DECODE_ONLY, 1 + K, decode_query_lens(config, 1 + K))

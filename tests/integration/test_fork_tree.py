@@ -82,7 +82,7 @@ def fork_checks(patched_fork: Path, engine_python: Path, tiny_model: Path) -> di
 @pytest.mark.slow
 @pytest.mark.network
 def test_fork_scheduler_verifies_one_depth_per_batch(fork_checks: dict[str, Any]) -> None:
-    """The same scheduler-level run as for vLLM 0.27.1."""
+    """The same scheduler-level run as for upstream vLLM."""
     out = fork_checks["scheduler"]["phase 0/2"]
     assert out["sync"]["scheduled_drafts"] == {"r": 2, "a": 2, "o": 2}
     assert out["sync"]["kv_blocks"] == {"r": 2, "a": 2, "o": 2}

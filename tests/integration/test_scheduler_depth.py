@@ -1,4 +1,4 @@
-"""The patched vLLM 0.27.1 Scheduler and AsyncScheduler, from our wheel, driven
+"""The patched vLLM Scheduler (the pinned release) and AsyncScheduler, from our wheel, driven
 with real Request objects on CPU (tests/engine/scheduler_check.py, run by checks.py): each decode
 batch verifies one depth, the deepest its requests chose, so it keeps one query
 length (and its CUDA graph)."""

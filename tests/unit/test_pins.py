@@ -16,8 +16,9 @@ def test_repository_pins_load_and_are_exact() -> None:
     assert sorted(loaded.targets) == ["flashinfer", "lvllmds4-x", "vllm"]
     assert [t.name for t in loaded.defaults] == ["lvllmds4-x", "flashinfer"]
     vllm = loaded.get("vllm")
-    assert vllm.git and vllm.git.commit == "6e448d0ea9bf3d88d898b65449ca6dc2aec170ac"
-    assert vllm.sources == ("sdist", "git")
+    # rolled to 0.32.0 without a vLLM mirror: the sdist's sha256 pins it, its own commit id is recorded on build
+    assert vllm.sdist and vllm.sdist.version == "0.32.0" and vllm.git is None
+    assert vllm.sources == ("sdist",)
     assert loaded.get("flashinfer").sources == ("wheel",)
     assert loaded.get("lvllmds4-x").kernel_sources == ("csrc", "CMakeLists.txt", "cmake")
 

