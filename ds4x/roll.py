@@ -20,8 +20,6 @@ from ds4x.pins import Artifact, GitPin, Target
 # The pinned base's commit in a conflicted tree: `git am --3way` finds each
 # patch's preimage blobs there and merges, instead of stopping at the hunk.
 PINNED_REF = "refs/ds4x/pinned"
-
-
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
 
