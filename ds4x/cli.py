@@ -179,7 +179,8 @@ def cmd_roll(args: argparse.Namespace) -> int:
     from ds4x import roll, workspace
 
     target = _one(args)
-    tree = args.dir or args.pins.parent / "trees" / f"{target.name}-{args.to[:12]}"
+    name = args.to[:12] if len(args.to) == 40 else args.to  # a full commit id, shortened
+    tree = args.dir or args.pins.parent / "trees" / f"{target.name}-{name}"
     if tree.exists():
         raise InputError(f"{tree} exists", "delete it, or pass --dir to another folder")
     _online(args)

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from git import GitCommandError, RemoteProgress, Repo
+from git import GitCommandError, InvalidGitRepositoryError, NoSuchPathError, RemoteProgress, Repo
 
 from ds4x.errors import Ds4xError
 from ds4x.log import logger, progress
@@ -64,11 +64,11 @@ def run(repo: Repo, *args: str) -> str:
 def resolve_commit(path: Path, rev: str) -> str | None:
     """The full id of the commit `rev` names in the repository at `path` (a
     mirror may be a bare git dir), or None."""
-    with open_repo(path) as repo:
-        try:
+    try:
+        with open_repo(path) as repo:
             return run(repo, "--git-dir", str(repo.git_dir), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
-        except Ds4xError:
-            return None
+    except (Ds4xError, InvalidGitRepositoryError, NoSuchPathError):
+        return None
 
 
 def head(repo: Repo) -> str:

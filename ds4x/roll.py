@@ -86,24 +86,30 @@ def _git_pin(target: Target, base: sources.Base, settings: sources.Settings) -> 
     full = gitops.resolve_commit(Path(where), short) if short and _local(where) else None
     if full:
         return replace(target.git, commit=full)
-    logger.warning("%s names commit %s, which no local mirror of %s resolves in full: the git pin is dropped "
-                   "(set one with --mirror and roll again to keep it)", base.origin["filename"], short, target.git.url)
+    named = f"names commit {short}" if short else f"names no commit (no {target.package}/_version.py)"
+    logger.warning("%s %s, not resolved in full in a local mirror of %s (%s): the git pin is dropped; a mirror "
+                   "with that commit (--mirror) keeps it", base.origin["filename"], named, target.git.url, where)
     return None
 
 
 def _add_pinned_base(target: Target, kind: str, settings: sources.Settings, tree: Path) -> bool:
-    """The pinned base's commit into the conflicted tree, when the cache has it."""
+    """The pinned base's commit in the conflicted tree, when the cache has it:
+    its objects as an alternate (no copy, no network), the commit as PINNED_REF."""
     try:
         pinned = sources.fetch(target, replace(settings, source=kind, offline=True))
-    except Ds4xError:
+        with (tree / ".git" / "objects" / "info" / "alternates").open("a", encoding="utf-8") as alternates:
+            alternates.write(f"{pinned.repo / '.git' / 'objects'}\n")
+        with gitops.open_repo(tree) as repo:
+            gitops.run(repo, "update-ref", PINNED_REF, pinned.commit)
+    except (Ds4xError, OSError) as e:
+        logger.warning("the pinned base is not in the tree (%s): `git am --3way` cannot merge", e)
         return False
-    with gitops.open_repo(tree) as repo:
-        gitops.run(repo, "fetch", "-q", str(pinned.repo), f"HEAD:{PINNED_REF}")
     return True
 
 
 def _commit(git: GitPin, to: str, settings: sources.Settings) -> GitPin:
     """`--to` as a full commit: 40 hex digits, or fewer that a local mirror resolves."""
+    to = to.lower()
     if not _COMMIT.fullmatch(to):
         raise InputError(f"--to {to}: {git.url} is pinned to a git commit", "give a commit id (hex)")
     where = sources.resolve_url(git.url, settings.mirrors)
@@ -151,8 +157,11 @@ def apply(target: Target, to: str, settings: sources.Settings, layout: workspace
         if not (tree / ".git").is_dir():  # it failed before any patch: nothing to leave behind
             raise
         listed = [entry.name for entry in series.parse_series(layout.series(target.name))]
-        with gitops.open_repo(tree) as repo:
-            applied = int(gitops.run(repo, "rev-list", "--count", f"{workspace.BASE_REF}..HEAD"))
+        try:
+            with gitops.open_repo(tree) as repo:
+                applied = int(gitops.run(repo, "rev-list", "--count", f"{workspace.BASE_REF}..HEAD"))
+        except Ds4xError:  # the tree was not set up: the failure is the clone's own
+            raise e from None
         history = _history(tree, target.git.commit, base.commit, e) if kind == "git" and target.git else ""
         raise Conflict(e, target.name, tree, listed[applied:], "applied upstream" in str(e),
                        _add_pinned_base(target, kind, settings, tree), history) from None
@@ -161,8 +170,9 @@ def apply(target: Target, to: str, settings: sources.Settings, layout: workspace
                  else "applies with offsets (refreshed)") for entry, text in zip(entries, texts)]
     if new is None:
         return Rolled(kind=kind, pin=None, kernels=target.kernels_wheel, git=git, statuses=statuses)
+    # a wheel names no commit: a git line beside a wheel pin would keep the old one, so it goes
     return Rolled(kind=kind, pin=new, kernels=_kernels(target, new.version), statuses=statuses,
-                  git=_git_pin(target, base, settings) if kind == "sdist" else target.git)
+                  git=_git_pin(target, base, settings) if kind == "sdist" else None)
 
 
 def _inline(artifact: Artifact) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,54 @@ def test_scratch_folders_are_private_and_removed(tmp_path: Path) -> None:
     with scratch_dir("ds4x-t-", tmp_path) as folder:
         assert folder.parent == tmp_path and (folder.stat().st_mode & 0o777) == 0o700
     assert not folder.exists()
+
+
+def test_roll_a_git_pin_to_a_commit(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path,
+                                    git_repo: Repo) -> None:
+    """A git-only pin moves to another commit (an abbreviation the local mirror resolves); the
+    patch is refreshed there and `check` passes on the new pin."""
+    make_patch(capsys, project, tmp_path, git_repo)
+    upstream, pinned = git_repo
+    (upstream / "README.md").write_text("demo upstream, next\n")
+    git(upstream, "commit", "-qam", "next")
+    newer = git(upstream, "rev-parse", "HEAD")
+    code, out, err = run(capsys, project, tmp_path, git_repo, "roll", "--target", "demo", "--to", newer[:9].upper())
+    assert code == 0, err
+    assert "applies cleanly" in out and f"demo now pins commit {newer}" in out
+    assert f'commit = "{newer}"' in (project / "pins.toml").read_text() and pinned not in (project / "pins.toml").read_text()
+    assert run(capsys, project, tmp_path, git_repo, "check", "--target", "demo")[0] == 0
+
+
+@pytest.mark.parametrize(("to", "message"), [
+    ("1.2.0", "--to 1.2.0: https://example.invalid/demo/upstream is pinned to a git commit"),
+    ("deadbeef1", "--to deadbeef1: no such commit in "),
+])
+def test_roll_refuses_what_names_no_commit(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path,
+                                           git_repo: Repo, to: str, message: str) -> None:
+    before = (project / "pins.toml").read_text()
+    code, _, err = run(capsys, project, tmp_path, git_repo, "roll", "--target", "demo", "--to", to)
+    assert code == 2 and message in err
+    assert (project / "pins.toml").read_text() == before and not (project / "trees" / f"demo-{to}").exists()
+
+
+def test_a_git_roll_conflict_names_the_commits_and_merges_three_way(
+        capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    make_patch(capsys, project, tmp_path, git_repo)
+    upstream, _ = git_repo
+    (upstream / "demo/lookup.py").write_text("def find(name):\n    return name.endswith('.so')\n\n\nLIMIT = 1\n")
+    git(upstream, "commit", "-qam", "upstream rewrites find")
+    newer = git(upstream, "rev-parse", "HEAD")
+    run(capsys, project, tmp_path, git_repo, "fetch", "--target", "demo")  # the pinned base, in the cache
+    before = (project / "pins.toml").read_text()
+    code, _, err = run(capsys, project, tmp_path, git_repo, "roll", "--target", "demo", "--to", newer)
+    assert code == 1
+    assert re.search(r"hunk at demo/lookup\.py:\d+; 1 upstream commits between [0-9a-f]{12} and "
+                     rf"{newer[:12]} touched demo/lookup\.py: [0-9a-f]+ upstream rewrites find", err), err
+    assert "refs/ds4x/pinned" in err and (project / "pins.toml").read_text() == before
+    tree = project / "trees" / f"demo-{newer[:12]}"
+    patch = next((project / "patches" / "demo").glob("*.patch"))
+    with pytest.raises(subprocess.CalledProcessError) as failed:  # it merges, then stops at the conflict
+        git(tree, "am", "--3way", str(patch))
+    am = failed.value
+    assert "CONFLICT (content): Merge conflict in demo/lookup.py" in am.stdout + am.stderr, am.stderr
+    assert "Falling back to patching base and 3-way merge" in am.stdout + am.stderr, am.stderr
