@@ -24,9 +24,11 @@ from vllm.v1.outputs import DraftTokenIds
 
 
 def step_times(model: str, policy: str | None, requests: int, steps: int) -> list[float]:
-    """policy None: ds4x off (no reasoning parser, fixed policy: the hooks see None)."""
-    s = scheduler(model, {"policy": policy} if policy else None, False,
-                  reasoning_parser="deepseek_r1" if policy else "", max_num_seqs=requests)
+    """policy None: ds4x off. The same reasoning parser, which costs vLLM its own
+    work per token, and the hooks see None: the unpatched scheduler's path."""
+    s = scheduler(model, {"policy": policy or "fixed"}, False, reasoning_parser="deepseek_r1", max_num_seqs=requests)
+    if policy is None:
+        s.ds4x_depth = None
     ids = [f"r{i}" for i in range(requests)]
     for rid in ids:
         s.add_request(request(rid, [5] * 8 + [THINK], max_tokens=900))

@@ -189,9 +189,36 @@ def run_async(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
     return result
 
 
+def run_live_timing(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
+    """adaptive times its steps live: 30 decode steps of two requests, then one
+    where only r1 has drafts (uneven, unless the batch verifies nothing)."""
+    s = scheduler(model, draft_depth, False)
+    reqs = {r: request(r, [5] * 12 + [THINK], max_tokens=200) for r in ("r1", "r2")}
+    for r in reqs.values():
+        s.add_request(r)
+    ids = list(reqs)
+    out = s.schedule()
+    s.update_from_output(out, output(ids, {r: [20] for r in ids}))
+    costs = s.ds4x_depth.policy.costs
+
+    def step(proposed: list[list[int]]) -> dict[str, int]:
+        s.update_draft_token_ids(DraftTokenIds(ids, proposed))
+        out = s.schedule()
+        s.update_from_output(out, verified(out, ids, {"r1": [30, 40], "r2": [30, 41]}))
+        return dict(out.num_scheduled_tokens)
+
+    for _ in range(30):
+        step([[30, 31]] * len(ids))
+    timed, lengths = costs.clock, sorted(costs.samples)  # clock: every timing, samples: the latest per length
+    uneven = step([[30, 31], []])
+    return {"timed": timed, "lengths": lengths, "uneven_step": uneven, "uneven_timed": costs.clock - timed}
+
+
 def check(model: str) -> dict[str, Any]:
     init_none_hash(sha256)
-    return {name: {"sync": run_sync(model, policy), "async": run_async(model, policy),
-                   "sync_reasoning": run_sync_reasoning(model, policy),
-                   "async_reasoning": run_async_reasoning(model, policy)}
-            for name, policy in POLICIES.items()}
+    out: dict[str, Any] = {name: {"sync": run_sync(model, policy), "async": run_async(model, policy),
+                                  "sync_reasoning": run_sync_reasoning(model, policy),
+                                  "async_reasoning": run_async_reasoning(model, policy)}
+                           for name, policy in POLICIES.items()}
+    out["adaptive"]["live_timing"] = run_live_timing(model, POLICIES["adaptive"])
+    return out

@@ -91,3 +91,14 @@ def test_fixed_policy_schedules_as_vllm_does(engine_checks: dict[str, Any]) -> N
     assert fixed["sync"]["scheduled_drafts"] == {"r": 2, "a": 2, "o": 2}  # a client's 0 rounds up: no graph at 0
     assert fixed["sync_reasoning"]["scheduled_drafts"] == {"r1": 2, "r2": 2}
     assert fixed["async"]["placeholders"] == {"r": [-1, -1], "a": [-1, -1]}
+
+
+def test_adaptive_times_uniform_steps_live(engine_checks: dict[str, Any]) -> None:
+    """Step cost is timed by the scheduler itself: pure decode steps of one query length with
+    the same requests as the step before, each length verified (1..K+1) gets samples; a step
+    whose requests verify different lengths is not timed."""
+    live = engine_checks["scheduler"]["adaptive"]["live_timing"]
+    assert live["timed"] == 30, live  # every one of the 30 decode steps
+    assert live["lengths"] and set(live["lengths"]) <= {1, 2, 3}, live
+    assert len(set(live["uneven_step"].values())) == 2, live  # the check's premise: r1 verified drafts, r2 none
+    assert live["uneven_timed"] == 0, live

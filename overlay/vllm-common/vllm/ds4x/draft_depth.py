@@ -61,7 +61,7 @@ class DraftDepthConfig:
     """adaptive: weight of the newest observation in the running estimates."""
     hysteresis: float = 0.01
     """adaptive: switch only for more than this fraction of expected gain."""
-    hold_steps: int = 4
+    hold_steps: int = 16
     """adaptive: verifications between two decisions of one request; its
     acceptance estimate takes them in at once, then."""
     probe_interval: int = 8

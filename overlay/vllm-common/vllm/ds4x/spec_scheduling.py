@@ -59,7 +59,7 @@ class DraftDepthScheduling:
         self._verified: defaultdict[int, int] = defaultdict(int)
         self._k1 = policy.k_max + 1
         self._stats: Any = None
-        self._previous: frozenset[str] = frozenset()
+        self._previous: dict[str, int] = {}  # the last step's tokens by request
         self._step_end: float | None = None
 
     @classmethod
@@ -98,33 +98,34 @@ class DraftDepthScheduling:
         keeps its shorter list."""
         if not self._cuts:
             return
-        chosen, full = -1, self._full
-        for request in running:
-            if request.spec_token_ids:
-                try:
-                    depth = request.ds4x_depth_state.depth
-                except AttributeError:
-                    depth = self._state(request).depth
-                if depth >= full:  # the batch verifies K_max: nothing to cut
-                    return
-                chosen = max(chosen, depth)
-        if chosen < 0:
+        drafting = [request for request in running if request.spec_token_ids]
+        if not drafting:
+            return
+        try:  # list comprehensions: the per-request part runs at C speed
+            chosen = max([request.ds4x_depth_state.depth for request in drafting])
+        except AttributeError:  # a request's first step
+            chosen = max([self._state(request).depth for request in drafting])
+        if chosen >= self._full:  # the batch verifies K_max: nothing to cut
             return
         depth = self.policy.batch_depth[chosen]
-        for request in running:
-            if len(request.spec_token_ids) > depth:
-                request.spec_token_ids = request.spec_token_ids[:depth]
+        for request in drafting:
+            drafts = request.spec_token_ids
+            if len(drafts) > depth:
+                request.spec_token_ids = drafts[:depth]
 
     def on_output(self, request: Any, new_token_ids: list[int], drafted: int, accepted: int, stats: Any) -> None:
         """A request's step: the drafts it verified (none: 0) and its new tokens.
         The common case, fixed or phase with no marker among the tokens, is a
         set test and a counter increment."""
         adaptive = self._adaptive
-        if drafted and (stats is not None or adaptive):
-            try:
-                state = request.ds4x_depth_state
-            except AttributeError:
-                state = self._state(request)
+        marker = not self._no_marker(new_token_ids)
+        if not (marker or adaptive or (drafted and stats is not None)):
+            return
+        try:
+            state = request.ds4x_depth_state
+        except AttributeError:
+            state = self._state(request)
+        if drafted:
             if stats is not None:  # as scheduled (async: the depth may be a step newer)
                 if stats is not self._stats:  # a step that ended without on_step_end: its own stats
                     self._tally()
@@ -132,15 +133,9 @@ class DraftDepthScheduling:
                 self._verified[state.slot + drafted * self._k1 + accepted] += 1
             if adaptive:
                 self.policy.verified(state, drafted, accepted)
-        if self._no_marker(new_token_ids):
-            if not adaptive or not new_token_ids:
-                return
-            state = self._state(request)
-            if state.depth and not state.exploring:  # nothing to count at this depth
-                return
-        else:
-            state = self._state(request)
-        self.policy.tokens(state, new_token_ids, request.all_token_ids)
+        # adaptive counts unverified steps at depth 0 (its probe) and ends an exploring step
+        if marker or (adaptive and new_token_ids and (not state.depth or state.exploring)):
+            self.policy.tokens(state, new_token_ids, request.all_token_ids)
 
     def forget(self, request_id: str) -> None:
         self.policy.forget(request_id)
@@ -168,18 +163,15 @@ class DraftDepthScheduling:
             return
         now = time.perf_counter()
         scheduled = scheduler_output.num_scheduled_tokens
-        requests = frozenset(scheduled)
-        lengths = set(scheduled.values())
-        if (
-            len(lengths) == 1
-            and requests == self._previous
-            and not scheduler_output.scheduled_new_reqs
-            and self._step_end is not None
-        ):
-            tokens = lengths.pop()
-            if tokens <= self.policy.k_max + 1:
-                self.policy.costs.observe(tokens, now - self._step_end)
-        self._previous, self._step_end = requests, now
+        previous, self._previous = self._previous, scheduled
+        step_end, self._step_end = self._step_end, now
+        if step_end is None or not scheduled or scheduler_output.scheduled_new_reqs:
+            return
+        tokens = max(scheduled.values())
+        # one length (the total is the longest times the count) and the same requests, no allocation
+        if (tokens <= self.policy.k_max + 1 and tokens * len(scheduled) == scheduler_output.total_num_scheduled_tokens
+                and scheduled.keys() == previous.keys()):
+            self.policy.costs.observe(tokens, now - step_end)
 
 
 def validate_request(params: Any, speculative_config: Any) -> None:
