@@ -87,8 +87,9 @@ def _git_pin(target: Target, base: sources.Base, settings: sources.Settings) -> 
     if full:
         return replace(target.git, commit=full)
     named = f"names commit {short}" if short else f"names no commit (no {target.package}/_version.py)"
-    logger.warning("%s %s, not resolved in full in a local mirror of %s (%s): the git pin is dropped; a mirror "
-                   "with that commit (--mirror) keeps it", base.origin["filename"], named, target.git.url, where)
+    mirror = f"the mirror {where} does not have it" if _local(where) else f"no local mirror of {target.git.url} is set"
+    logger.warning("%s %s and %s: the git pin is dropped; a local mirror with that commit (--mirror) keeps it",
+                   base.origin["filename"], named, mirror)
     return None
 
 

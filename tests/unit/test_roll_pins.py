@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import pins, roll
+from ds4x import pins, roll, sources
 from ds4x.errors import Ds4xError
 from ds4x.pins import Artifact, GitPin
 
@@ -74,3 +74,20 @@ def test_a_dropped_kernels_wheel_and_a_missing_line(path: Path) -> None:
     with pytest.raises(Ds4xError, match=r"no \[targets.vllm\] table to edit"):
         roll.stage_pin(path, target, rolled())
     assert not path.with_name("pins.toml.part").exists()
+
+
+def test_an_sdist_commit_is_pinned_in_full_through_a_local_mirror(tmp_path: Path, git_repo: tuple[Path, str]) -> None:
+    """The sdist names an abbreviation (setuptools-scm's _version.py); a local mirror resolves it, and
+    without one (or with one that lacks it) the git pin cannot follow."""
+    upstream, commit = git_repo
+    unpacked = tmp_path / "sdist"
+    (unpacked / "demo").mkdir(parents=True)
+    (unpacked / "demo" / "_version.py").write_text(f"__commit_id__ = commit_id = 'g{commit[:9]}'\n")
+    url = "https://example.invalid/demo/upstream"
+    target = pins.Target(name="demo", package="demo", git=GitPin(url=url, commit="1" * 40))
+    base = sources.Base(target=target, repo=unpacked, commit="2" * 40, origin={"filename": "demo-1.0.tar.gz"})
+    with_mirror = sources.Settings(cache=tmp_path / "cache", mirrors={url: str(upstream)})
+    assert roll._git_pin(target, base, with_mirror) == GitPin(url=url, commit=commit)
+    assert roll._git_pin(target, base, sources.Settings(cache=tmp_path / "cache")) is None
+    (unpacked / "demo" / "_version.py").write_text("__commit_id__ = commit_id = 'gdeadbeef1'\n")
+    assert roll._git_pin(target, base, with_mirror) is None
