@@ -10,6 +10,8 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -149,29 +151,36 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check_newest(args: argparse.Namespace) -> int:
     """`check --newest`: does the series apply to the newest release on the
-    index? Upstream drift at a glance; pins.toml is not touched."""
+    index, or to the newest commit of a git-only target's local mirror?
+    Upstream drift at a glance; pins.toml is not touched."""
     from ds4x import roll, sources, workspace
 
     _online(args)
+    settings = _settings(args)
     for target in _chosen(args, all_by_default=True):
         kind = roll.released_kind(target)
         if kind is None:
-            print(f"{target.name}: pinned to a git commit only; no release on the index to compare")
-            continue
-        pinned = getattr(target, kind)
-        latest = sources.release(pinned)
-        if latest.version == pinned.version:
-            print(f"{target.name}: {pinned.version} is the newest release")
+            newest = roll.newest_commit(target, settings)
+            if newest is None:
+                print(f"{target.name}: pinned to a git commit; a local mirror (--mirror) shows its newest commit")
+                continue
+            pinned, latest = target.git.commit[:12] if target.git else "", newest.commit[:12]
+            base_of = partial(sources.fetch, replace(target, git=newest), replace(settings, source="git"))
+        else:
+            release = sources.release(getattr(target, kind))
+            pinned, latest = getattr(target, kind).version, release.version
+            base_of = partial(roll.fetch_release, target, kind, release, settings)
+        if latest == pinned:
+            print(f"{target.name}: {pinned} is the newest {'commit' if kind is None else 'release'}")
             continue
         try:
-            base = roll.fetch_release(target, kind, latest, _settings(args))
-            problems = [p for p in workspace.check(base, _layout(args)) if "not listed in series" not in p]
+            problems = [p for p in workspace.check(base_of(), _layout(args)) if "not listed in series" not in p]
         except Ds4xError as e:
             problems = [str(e)]
         status = ("applies" if not problems
                   else "applies with offsets (the patches would be refreshed)" if all("re-export differs" in p for p in problems)
                   else f"does not apply: {problems[0]}")
-        print(f"{target.name}: pinned {pinned.version}, newest {latest.version}: {status}")
+        print(f"{target.name}: pinned {pinned}, newest {latest}: {status}")
     return 0
 
 

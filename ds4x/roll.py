@@ -108,6 +108,16 @@ def _add_pinned_base(target: Target, kind: str, settings: sources.Settings, tree
     return True
 
 
+def newest_commit(target: Target, settings: sources.Settings) -> GitPin | None:
+    """A git-only target's newest upstream commit: the HEAD of its local mirror
+    (None: no local mirror, so no history to read)."""
+    if target.git is None:
+        return None
+    where = sources.resolve_url(target.git.url, settings.mirrors)
+    head = gitops.resolve_commit(Path(where), "HEAD") if _local(where) else None
+    return replace(target.git, commit=head) if head else None
+
+
 def _commit(git: GitPin, to: str, settings: sources.Settings) -> GitPin:
     """`--to` as a full commit: 40 hex digits, or fewer that a local mirror resolves."""
     to = to.lower()

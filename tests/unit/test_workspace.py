@@ -264,3 +264,24 @@ def test_a_git_roll_conflict_names_the_commits_and_merges_three_way(
     am = failed.value
     assert "CONFLICT (content): Merge conflict in demo/lookup.py" in am.stdout + am.stderr, am.stderr
     assert "Falling back to patching base and 3-way merge" in am.stdout + am.stderr, am.stderr
+
+
+def test_check_newest_compares_a_git_pin_with_its_mirror(capsys: pytest.CaptureFixture[str], project: Path,
+                                                          tmp_path: Path, git_repo: Repo) -> None:
+    """A git-only pin against its local mirror's newest commit: the same, one the series applies
+    to, then one it does not; pins.toml untouched."""
+    make_patch(capsys, project, tmp_path, git_repo)
+    upstream, pinned = git_repo
+    before = (project / "pins.toml").read_text()
+    assert run(capsys, project, tmp_path, git_repo, "check", "--newest")[1] == f"demo: {pinned[:12]} is the newest commit\n"
+    (upstream / "README.md").write_text("demo upstream, next\n")
+    git(upstream, "commit", "-qam", "next")
+    newer = git(upstream, "rev-parse", "HEAD")
+    assert run(capsys, project, tmp_path, git_repo, "check", "--newest")[1] == \
+        f"demo: pinned {pinned[:12]}, newest {newer[:12]}: applies\n"
+    (upstream / "demo/lookup.py").write_text("def find(name):\n    return name.endswith('.so')\n\n\nLIMIT = 1\n")
+    git(upstream, "commit", "-qam", "upstream rewrites find")
+    code, out, _ = run(capsys, project, tmp_path, git_repo, "check", "--newest")
+    assert code == 0 and re.fullmatch(r"demo: pinned \w{12}, newest \w{12}: does not apply: .*hunk at demo/lookup\.py:\d+\n",
+                                      out), out
+    assert (project / "pins.toml").read_text() == before
