@@ -10,8 +10,6 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -164,17 +162,17 @@ def _check_newest(args: argparse.Namespace) -> int:
             if newest is None:
                 print(f"{target.name}: pinned to a git commit; a local mirror (--mirror) shows its newest commit")
                 continue
+            pin: pins.Artifact | pins.GitPin = newest
             pinned, latest = target.git.commit[:12] if target.git else "", newest.commit[:12]
-            base_of = partial(sources.fetch, replace(target, git=newest), replace(settings, source="git"))
         else:
-            release = sources.release(getattr(target, kind))
-            pinned, latest = getattr(target, kind).version, release.version
-            base_of = partial(roll.fetch_release, target, kind, release, settings)
+            pin = sources.release(getattr(target, kind))
+            pinned, latest = getattr(target, kind).version, pin.version
         if latest == pinned:
             print(f"{target.name}: {pinned} is the newest {'commit' if kind is None else 'release'}")
             continue
         try:
-            problems = [p for p in workspace.check(base_of(), _layout(args)) if "not listed in series" not in p]
+            base = roll.fetch_release(target, kind or "git", pin, settings)
+            problems = [p for p in workspace.check(base, _layout(args)) if "not listed in series" not in p]
         except Ds4xError as e:
             problems = [str(e)]
         status = ("applies" if not problems
@@ -188,8 +186,8 @@ def cmd_roll(args: argparse.Namespace) -> int:
     from ds4x import roll, workspace
 
     target = _one(args)
-    name = args.to[:12] if len(args.to) == 40 else args.to  # a full commit id, shortened
-    tree = args.dir or args.pins.parent / "trees" / f"{target.name}-{name}"
+    label = args.to[:12] if len(args.to) == 40 else args.to  # a full commit id, shortened
+    tree = args.dir or args.pins.parent / "trees" / f"{target.name}-{label}"
     if tree.exists():
         raise InputError(f"{tree} exists", "delete it, or pass --dir to another folder")
     _online(args)

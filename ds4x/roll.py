@@ -53,9 +53,12 @@ def released_kind(target: Target) -> str | None:
     return next((kind for kind in ("sdist", "wheel") if getattr(target, kind) is not None), None)
 
 
-def fetch_release(target: Target, kind: str, artifact: Artifact, settings: sources.Settings) -> sources.Base:
-    """The release's own tree: its file instead of the pinned one, no pinned commit to match."""
-    release = replace(target, git=None, sdist=artifact) if kind == "sdist" else replace(target, git=None, wheel=artifact)
+def fetch_release(target: Target, kind: str, pin: Artifact | GitPin, settings: sources.Settings) -> sources.Base:
+    """Another release's or commit's own tree: its file instead of the pinned one
+    (no pinned commit to match), or its commit instead of the pinned one."""
+    if isinstance(pin, GitPin):
+        return sources.fetch(replace(target, git=pin), replace(settings, source="git"))
+    release = replace(target, git=None, sdist=pin) if kind == "sdist" else replace(target, git=None, wheel=pin)
     return sources.fetch(release, replace(settings, source=kind))
 
 
@@ -158,7 +161,7 @@ def apply(target: Target, to: str, settings: sources.Settings, layout: workspace
     if kind == "git":
         assert target.git is not None
         git = _commit(target.git, to, settings)
-        base = sources.fetch(replace(target, git=git), replace(settings, source="git"))
+        base = fetch_release(target, kind, git, settings)
     else:
         new = sources.release(getattr(target, kind), to)
         base = fetch_release(target, kind, new, settings)
