@@ -3,7 +3,9 @@
 the patched vLLM Scheduler with each policy and phase tracking, against the
 same Scheduler with ds4x switched off (fixed policy, no reasoning parser: the
 hooks see None and vLLM runs its own path), in the same run. Prints the median
-step, the ratio, and the added cost per request in microseconds.
+step, the ratio, and the added cost per request in microseconds, with every
+request reasoning and with a quarter of them answering (then the phase counts
+read the smaller group one by one).
 
 Run with the Python of a venv that has our vLLM wheel:
     ENGINE_PYTHON bench/scheduler_overhead.py MODEL_DIR [--requests 16 256 1024 --steps 200]
@@ -17,21 +19,22 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "engine"))
-from scheduler_check import THINK, output, request, scheduler
+from scheduler_check import END_THINK, THINK, output, request, scheduler
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import init_none_hash
 from vllm.v1.outputs import DraftTokenIds
 
 
-def step_times(model: str, policy: str | None, requests: int, steps: int) -> list[float]:
+def step_times(model: str, policy: str | None, requests: int, steps: int, answering: float) -> list[float]:
     """policy None: ds4x off. The same reasoning parser, which costs vLLM its own
     work per token, and the hooks see None: the unpatched scheduler's path."""
     s = scheduler(model, {"policy": policy or "fixed"}, False, reasoning_parser="deepseek_r1", max_num_seqs=requests)
     if policy is None:
         s.ds4x_depth = None
     ids = [f"r{i}" for i in range(requests)]
-    for rid in ids:
-        s.add_request(request(rid, [5] * 8 + [THINK], max_tokens=900))
+    closed = int(requests * answering)  # the first ones answer: their prompt closed the reasoning section
+    for i, rid in enumerate(ids):
+        s.add_request(request(rid, [5] * 8 + ([THINK, 8, END_THINK] if i < closed else [THINK]), max_tokens=900))
     out = s.schedule()
     s.update_from_output(out, output(ids, {r: [20] for r in ids}))
     times = []
@@ -59,22 +62,25 @@ def main() -> None:
     parser.add_argument("--requests", type=int, nargs="+", default=[16, 256, 1024])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--answering", type=float, nargs="+", default=[0.0, 0.25],
+                        help="fractions of the requests in their answer (the rest reason)")
     args = parser.parse_args()
     init_none_hash(sha256)
     policies = [None, "fixed", "phase", "adaptive"]
     for requests in args.requests:
-        times: dict[str | None, list[float]] = {p: [] for p in policies}
-        for _ in range(args.rounds):  # interleaved, so drift hits all alike
-            for policy in policies:
-                times[policy] += step_times(args.model, policy, requests, args.steps)[20:]
-        base = statistics.median(times[None])
-        print(f"{requests} running requests, {len(times[None])} steps each, median per step (schedule + update):")
-        print(f"  vLLM path (ds4x off):            {base * 1e3:.3f} ms")
-        for policy in policies[1:]:
-            t = statistics.median(times[policy])
-            print(f"  {policy:<8} + phase tracking:       {t * 1e3:.3f} ms  ({t / base - 1:+.1%}, "
-                  f"{(t - base) / requests * 1e6:+.2f} us per request)")
-
+        for answering in args.answering:
+            times: dict[str | None, list[float]] = {p: [] for p in policies}
+            for _ in range(args.rounds):  # interleaved, so drift hits all alike
+                for policy in policies:
+                    times[policy] += step_times(args.model, policy, requests, args.steps, answering)[20:]
+            base = statistics.median(times[None])
+            print(f"{requests} running requests, {answering:.0%} answering, {len(times[None])} steps each, "
+                  "median per step (schedule + update):")
+            print(f"  vLLM path (ds4x off):            {base * 1e3:.3f} ms")
+            for policy in policies[1:]:
+                t = statistics.median(times[policy])
+                print(f"  {policy:<8} + phase tracking:       {t * 1e3:.3f} ms  ({t / base - 1:+.1%}, "
+                      f"{(t - base) / requests * 1e6:+.2f} us per request)")
 
 if __name__ == "__main__":
     main()

@@ -19,6 +19,7 @@ from vllm.config import (
     StructuredOutputsConfig,
     VllmConfig,
 )
+from vllm.ds4x.spec_metrics import DepthStats
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -27,7 +28,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
-from vllm.v1.request import Request
+from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
 BLOCK = 16
@@ -214,6 +215,49 @@ def run_live_timing(model: str, draft_depth: dict[str, Any] | None) -> dict[str,
     return {"timed": timed, "lengths": lengths, "uneven_step": uneven, "uneven_timed": costs.clock - timed}
 
 
+def run_stats(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
+    """Four steps of four reasoning and two answer requests, counted by phase two
+    ways: by the scheduler, and here from what each request was scheduled and
+    sampled. The steps cover a uniform batch (the largest group by subtraction),
+    an uneven one (r0 drafted fewer), a request that stops mid-step (a1: vLLM
+    trims its tokens) and one aborted while its step ran (r3: vLLM skips it)."""
+    s = scheduler(model, draft_depth, False)
+    s.num_lookahead_tokens = K
+    reqs = {f"r{i}": request(f"r{i}", [5] * 12 + [THINK]) for i in range(4)}
+    reqs |= {"a0": request("a0", [5] * 10 + [THINK, 8, END_THINK], max_tokens=8),
+             "a1": request("a1", [5] * 10 + [THINK, 8, END_THINK], max_tokens=3)}
+    for r in reqs.values():
+        s.add_request(r)
+    ids = list(reqs)
+    out = s.schedule()
+    s.update_from_output(out, output(ids, {r: [20] for r in ids}))
+    counted = DepthStats()
+    expected: dict[str, dict[str, int]] = {"drafts": {}, "draft_tokens": {}, "accepted_tokens": {}, "depths": {}}
+    for step in range(4):
+        live = [r for r in ids if r in s.requests]
+        s.update_draft_token_ids(DraftTokenIds(live, [[30] if (r, step) == ("r0", 1) else [30, 31] for r in live]))
+        out = s.schedule()
+        if step == 2:
+            s.finish_requests("r3", RequestStatus.FINISHED_ABORTED)
+        scheduled = list(out.num_scheduled_tokens)
+        sampled = {}
+        for i, r in enumerate(scheduled):
+            drafted = len(out.scheduled_spec_decode_tokens.get(r, ()))
+            accepted = (step + i) % (drafted + 1)
+            sampled[r] = [*[30, 31][:accepted], 40 + step]
+            if drafted and (r, step) != ("r3", 2):
+                phase = "reasoning" if r.startswith("r") else "answer"
+                for what, key, n in (("drafts", phase, 1), ("draft_tokens", phase, drafted),
+                                     ("accepted_tokens", phase, accepted), ("depths", str(drafted), 1)):
+                    expected[what][key] = expected[what].get(key, 0) + n
+        engine_out = s.update_from_output(out, output(scheduled, sampled))
+        stats = engine_out[0].scheduler_stats.spec_decoding_stats if engine_out else None
+        if stats is not None:
+            counted.merge(stats.ds4x)
+    return {"counted": {what: getattr(counted, what) for what in expected}, "expected": expected,
+            "a1_stopped_mid_step": "a1" not in s.requests}
+
+
 def check(model: str) -> dict[str, Any]:
     init_none_hash(sha256)
     out: dict[str, Any] = {name: {"sync": run_sync(model, policy), "async": run_async(model, policy),
@@ -221,4 +265,6 @@ def check(model: str) -> dict[str, Any]:
                                   "async_reasoning": run_async_reasoning(model, policy)}
                            for name, policy in POLICIES.items()}
     out["adaptive"]["live_timing"] = run_live_timing(model, POLICIES["adaptive"])
+    for name, policy in POLICIES.items():
+        out[name]["stats_paths"] = run_stats(model, policy)
     return out

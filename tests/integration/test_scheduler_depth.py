@@ -102,3 +102,15 @@ def test_adaptive_times_uniform_steps_live(engine_checks: dict[str, Any]) -> Non
     assert live["lengths"] and set(live["lengths"]) <= {1, 2, 3}, live
     assert len(set(live["uneven_step"].values())) == 2, live  # the check's premise: r1 verified drafts, r2 none
     assert live["uneven_timed"] == 0, live
+
+
+@pytest.mark.parametrize("policy", ["fixed", "phase 1/2", "phase 0/2", "adaptive"])
+def test_phase_counts_equal_what_each_request_verified(engine_checks: dict[str, Any], policy: str) -> None:
+    """The scheduler counts by phase in one pass per step (vLLM's totals less all
+    but the largest group); the check counts request by request. Equal over
+    uniform and uneven steps, a request trimmed at its stop and one aborted mid-step."""
+    run = engine_checks["scheduler"][policy]["stats_paths"]
+    assert run["a1_stopped_mid_step"]
+    assert run["expected"]["drafts"].keys() == {"reasoning", "answer"}
+    assert run["expected"]["depths"].get("1"), run  # the uneven step
+    assert run["counted"] == run["expected"]

@@ -274,3 +274,16 @@ def test_policy_exposes_the_batch_depth_table() -> None:
     policy.add("o", [5, THINK], {"draft_depth": 1})  # a client's own depth: no graph at 1
     chosen = max(policy.depth("r"), policy.depth("o"))
     assert (policy.depth("r"), chosen, policy.batch_depth[chosen]) == (0, 1, 2)
+
+
+def test_groups_follow_each_request_s_phase_and_depth() -> None:
+    """The scheduler counts a step by phase from these groups (all but the largest read one by one)."""
+    policy = dd.DepthPolicy(dd.DraftDepthConfig(policy="phase"), 2, dd.PhaseTracker([[1]], [[2]]))
+    reasoning, answer = policy.add("r", [5, 1], None), policy.add("a", [1, 2], None)
+    assert reasoning.slot != answer.slot
+    assert policy.groups == {reasoning.slot: {reasoning}, answer.slot: {answer}}
+    policy.on_tokens("r", [2])  # r closes its reasoning: its depth and group are a's now
+    assert policy.groups == {answer.slot: {reasoning, answer}}
+    policy.forget("a")
+    policy.forget("r")
+    assert policy.groups == {} and reasoning.slot == -1

@@ -239,37 +239,42 @@ class Acceptance:
         ``smoothing`` toward accepted or not, and fades the weight of the
         positions it did not reach; the order within the batch is not kept."""
         k = len(self.rates)
-        seen, hits, total = [0] * k, [0] * k, 0
-        for code, n in enumerate(outcomes):
+        # verifications that saw exactly r positions (up to the first rejection) / accepted exactly a
+        saw, took = [0] * (k + 1), [0] * (k + 1)
+        for code in range(k + 1, len(outcomes)):  # drafted >= 1
+            n = outcomes[code]
             if n:
                 drafted, accepted = divmod(code, k + 1)
-                total += n
-                for position in range(accepted + 1 if accepted < drafted else drafted):
-                    seen[position] += n
-                    hits[position] += n * (position < accepted)
+                saw[accepted + 1 if accepted < drafted else drafted] += n
+                took[accepted] += n
                 outcomes[code] = 0
         if not self.weights:
             self.weights, self.counts = [1.0] * k, [0] * k
         keep = 1.0 - self.smoothing
         rates, weights, counts = self.rates, self.weights, self.counts
-        for position in range(k):
-            if seen[position]:
-                decay = keep ** seen[position]
+        total, seen, hits = sum(saw), 0, 0
+        for position in range(k - 1, -1, -1):  # from the deepest: seen/hits count those that got past it
+            seen += saw[position + 1]
+            hits += took[position + 1]
+            if seen:
+                decay = keep**seen
                 prior = PRIOR_SAMPLES + counts[position]
                 if prior * self.smoothing < 1:  # warming up: a mean over what it has seen
-                    rates[position] = (rates[position] * prior + hits[position]) / (prior + seen[position])
+                    rates[position] = (rates[position] * prior + hits) / (prior + seen)
                 else:
-                    rates[position] += (1.0 - decay) * (hits[position] / seen[position] - rates[position])
-                counts[position] += seen[position]
+                    rates[position] += (1.0 - decay) * (hits / seen - rates[position])
+                counts[position] += seen
                 weights[position] = 1.0 - (1.0 - weights[position]) * decay
-            if total > seen[position]:
-                weights[position] *= keep ** (total - seen[position])
+            if total > seen:
+                weights[position] *= keep ** (total - seen)
 
     def estimate(self) -> list[float]:
-        out: list[float] = []
-        for position, rate in enumerate(self.rates):
-            weight = self.weights[position] if self.weights and position else 1.0
-            out.append(weight * rate + (1 - weight) * out[-1] if out else rate)
+        rates, weights = self.rates, self.weights
+        if not weights:
+            return list(rates)
+        out = [rates[0]]
+        for position in range(1, len(rates)):
+            out.append(weights[position] * rates[position] + (1 - weights[position]) * out[-1])
         return out
 
 
@@ -323,7 +328,11 @@ def best_depth(acceptance: Sequence[float], costs: Sequence[float],
                candidates: Sequence[int]) -> tuple[int, list[float]]:
     """The depth with most expected tokens per unit of step cost (the shallower
     on a tie; candidates ascending), and the rate of every depth."""
-    rates = [tokens / cost for tokens, cost in zip(expected_tokens_by_depth(acceptance, len(costs) - 1), costs)]
+    rates, tokens, survive = [1.0 / costs[0]], 1.0, 1.0
+    for position in range(len(costs) - 1):  # expected_tokens_by_depth, inline: decisions are frequent
+        survive *= acceptance[position]
+        tokens += survive
+        rates.append(tokens / costs[position + 1])
     best = candidates[0]
     for depth in candidates:
         if rates[depth] > rates[best]:
@@ -333,6 +342,7 @@ def best_depth(acceptance: Sequence[float], costs: Sequence[float],
 
 @dataclass(eq=False, slots=True)
 class RequestState:
+    request_id: str
     phase: str
     override: int | None
     depth: int
@@ -341,9 +351,10 @@ class RequestState:
     """adaptive: verifications not yet in the estimate, by drafted * (K_max + 1) + accepted"""
     pending: int = 0
     """adaptive: how many; applied and decided on every hold_steps"""
-    slot: int = 0
+    slot: int = -1
     """phase and depth as one index, ((phase is answer) * (K_max + 1) + depth) * (K_max + 1) ** 2,
-    a base for per-step tallies by drafted * (K_max + 1) + accepted (set_depth keeps it)"""
+    a base for per-step tallies by drafted * (K_max + 1) + accepted (set_depth keeps it and
+    DepthPolicy.groups; -1: retired)"""
     unverified_steps: int = 0
     probing: bool = False
     exploring: bool = False
@@ -368,6 +379,8 @@ class DepthPolicy:
         # engine-wide acceptance per phase, moved by each finished request, seeds new ones
         self.seed = {p: Acceptance([config.prior_acceptance] * k_max, config.smoothing) for p in (REASONING, ANSWER)}
         self.requests: dict[str, RequestState] = {}
+        # the requests by slot, until retired: per-step tallies read all but the largest group
+        self.groups: dict[int, set[RequestState]] = {}
         self.explore_left = config.explore_steps
         self.verifications = 0
         self._adaptive, self._k1 = config.policy == "adaptive", k_max + 1
@@ -379,20 +392,31 @@ class DepthPolicy:
 
     def add(self, request_id: str, prompt: Sequence[int], extra_args: Mapping[str, Any] | None) -> RequestState:
         state = RequestState(
+            request_id=request_id,
             phase=self.tracker.initial(prompt) if self.tracker else ANSWER,
             override=request_depth(extra_args, self.k_max),
             depth=self.k_max,
-            acceptance={p: Acceptance(list(a.estimate()), self.config.smoothing) for p, a in self.seed.items()},
-            outcomes=[0] * (self.k_max + 1) ** 2,
+            # adaptive's estimates only: fewer objects for the garbage collector to walk
+            acceptance={p: Acceptance(list(a.estimate()), self.config.smoothing) for p, a in self.seed.items()}
+            if self._adaptive else {},
+            outcomes=[0] * self._k1**2 if self._adaptive else [],
         )
         self.set_depth(state, self._decide(state, force=True))
         self.requests[request_id] = state
         return state
 
     def forget(self, request_id: str) -> None:
-        """A finished request's estimates move the engine-wide seed for the next ones."""
+        """Done with a request (retire: its estimates seed the next ones)."""
         state = self.requests.pop(request_id, None)
-        if state is None or self.config.policy != "adaptive":
+        if state is not None:
+            self.retire(state)
+
+    def retire(self, state: RequestState) -> None:
+        """A finished request leaves its group; its estimates move the
+        engine-wide seed for the next ones."""
+        self._leave_group(state)
+        state.slot = -1
+        if self.config.policy != "adaptive":
             return
         self._apply(state)
         full = 1 / self.config.smoothing  # observations that make an estimate count in full
@@ -434,19 +458,35 @@ class DepthPolicy:
 
     def verified(self, state: RequestState, drafted: int, accepted: int) -> None:
         """Counted in the request's outcomes; every hold_steps verifications they
-        go into its estimate at once and it decides (one pass, not one per step)."""
+        go into its estimate at once and it decides (one pass, not one per step).
+        The scheduler does the counting itself, a step at a time, then review()."""
         if drafted <= 0 or not self._adaptive:
             return
         state.outcomes[drafted * self._k1 + accepted] += 1
         state.pending += 1
         if state.probing or state.pending >= self.config.hold_steps:  # a probe is one step
+            self.review([state])
+
+    def review(self, due: list[RequestState]) -> None:
+        for state in due:
             probe, state.probing = state.probing, False
             self._apply(state)
             self.set_depth(state, self._decide(state, force=probe))  # a probe's depth was not a choice
 
     def set_depth(self, state: RequestState, depth: int) -> None:
         state.depth = depth
-        state.slot = ((state.phase == ANSWER) * self._k1 + depth) * self._k1 * self._k1
+        slot = ((state.phase == ANSWER) * self._k1 + depth) * self._k1 * self._k1
+        if slot != state.slot:
+            self._leave_group(state)
+            state.slot = slot
+            self.groups.setdefault(slot, set()).add(state)
+
+    def _leave_group(self, state: RequestState) -> None:
+        group = self.groups.get(state.slot)
+        if group is not None:
+            group.discard(state)
+            if not group:
+                del self.groups[state.slot]
 
     def unpack_tally(self, code: int) -> tuple[str, int, int, int]:
         """(phase, chosen depth, drafted, accepted) of a tally code,
@@ -479,9 +519,8 @@ class DepthPolicy:
             return state.override
         if self.config.policy != "adaptive":
             return self.phase_depth(state.phase)
-        untimed = [t - 1 for t in self.costs.unmeasured() if t - 1 in self.choices]
-        if untimed and self.explore_left > 0:  # one step at an untimed depth, to time it
-            self.explore_left -= 1
+        if self.explore_left > 0 and (untimed := [t - 1 for t in self.costs.unmeasured() if t - 1 in self.choices]):
+            self.explore_left -= 1  # one step at an untimed depth, to time it
             state.exploring = True
             return untimed[0]
         best, rates = best_depth(state.acceptance[state.phase].estimate(), self.costs.relative(), self.choices)

@@ -39,14 +39,14 @@ class DepthStats:
     depths: dict[str, int] = field(default_factory=dict)
     chosen_depths: dict[str, int] = field(default_factory=dict)
 
-    def observe(self, phase: str, chosen: int, drafted: int, accepted: int, count: int = 1) -> None:
-        """`count` drafts of `drafted` tokens, `accepted` of them accepted each."""
-        self.drafts[phase] = self.drafts.get(phase, 0) + count
-        self.draft_tokens[phase] = self.draft_tokens.get(phase, 0) + drafted * count
-        self.accepted_tokens[phase] = self.accepted_tokens.get(phase, 0) + accepted * count
+    def observe(self, phase: str, chosen: int, drafted: int, drafts: int, accepted_tokens: int) -> None:
+        """`drafts` drafts of `drafted` tokens each, `accepted_tokens` of them accepted in all."""
+        self.drafts[phase] = self.drafts.get(phase, 0) + drafts
+        self.draft_tokens[phase] = self.draft_tokens.get(phase, 0) + drafted * drafts
+        self.accepted_tokens[phase] = self.accepted_tokens.get(phase, 0) + accepted_tokens
         for counts, depth in ((self.depths, drafted), (self.chosen_depths, chosen)):
             key = _DEPTH_KEYS[depth] if depth < len(_DEPTH_KEYS) else str(depth)
-            counts[key] = counts.get(key, 0) + count
+            counts[key] = counts.get(key, 0) + drafts
 
     def merge(self, other: "DepthStats | None") -> None:
         if other is None:

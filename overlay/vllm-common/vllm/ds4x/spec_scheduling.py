@@ -10,11 +10,13 @@ so it keeps a full CUDA graph. KV lookahead stays reserved for K_max.
 
 import time
 from collections import defaultdict
+from itertools import chain
 from typing import Any
 
 from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig, PhaseTracker, RequestState
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
+from vllm.v1.request import RequestStatus
 
 logger = init_logger(__name__)
 
@@ -42,23 +44,24 @@ def phase_tracker(vllm_config: Any) -> PhaseTracker | None:
 
 
 class DraftDepthScheduling:
-    """The hooks run for every request on every step, so each takes its fast
-    path in a few operations: the policy's state hangs on the request itself,
-    a token that ends no marker is one set test, a policy whose batches always
-    verify K_max (fixed) never cuts drafts, and metrics are tallied once per
-    step."""
+    """vLLM's scheduler calls it four times: when a request arrives, before a
+    step is scheduled, once when the step's output is in, and when a request
+    is freed. Nothing runs per request inside vLLM's own output loop: the
+    step's output is read here in one pass, a token that ends no marker costs
+    one set test (the whole step's tokens at once), the policy's state hangs on
+    the request, and an adaptive request decides every hold_steps
+    verifications, not every step."""
 
     def __init__(self, policy: DepthPolicy) -> None:
         self.policy = policy
         self._adaptive = policy.config.policy == "adaptive"
-        self._no_marker = (policy.tracker.last_tokens if policy.tracker else frozenset()).isdisjoint
+        self._markers = policy.tracker.last_tokens if policy.tracker else frozenset()
         # fixed without graph_depths: every batch verifies K_max, nothing to cut
         self._cuts = any(d < policy.k_max for d in policy.batch_depth)
         self._full = policy.batch_depth.index(policy.k_max)  # the lowest choice that verifies K_max
-        # this step's verifications by RequestState.slot (phase, chosen) + drafted * (K_max + 1) + accepted
-        self._verified: defaultdict[int, int] = defaultdict(int)
-        self._k1 = policy.k_max + 1
-        self._stats: Any = None
+        self._states = policy.requests  # by request id: the step's output is read by id
+        self._lengths: list[int] = []  # of the step's sampled token lists, before vLLM trims any
+        self._leaving: list[RequestState] = []  # finished in this step's output: kept until it ends
         self._previous: dict[str, int] = {}  # the last step's tokens by request
         self._step_end: float | None = None
 
@@ -78,16 +81,22 @@ class DraftDepthScheduling:
                     config.policy, k_max, "on" if tracker else "off")
         return cls(DepthPolicy(config, k_max, tracker))
 
-    def _state(self, request: Any) -> RequestState:
-        try:
-            state: RequestState = request.ds4x_depth_state
-            return state
-        except AttributeError:
-            params = request.sampling_params
-            state = self.policy.add(request.request_id, request.prompt_token_ids or [],
-                                    params.extra_args if params is not None else None)
-            request.ds4x_depth_state = state
-            return state
+    def add(self, request: Any) -> None:
+        params = request.sampling_params
+        request.ds4x_depth_state = self.policy.add(
+            request.request_id, request.prompt_token_ids or [], params.extra_args if params is not None else None)
+
+    def forget(self, request: Any) -> None:
+        """A request that finished in this step's output is kept until the step
+        ends (its last step counts, as in vLLM's stats); an aborted one goes now
+        (vLLM skips its output)."""
+        state = self._states.get(request.request_id)
+        if state is None:
+            return
+        if request.status == RequestStatus.FINISHED_ABORTED:
+            self.policy.forget(request.request_id)
+        else:
+            self._leaving.append(state)
 
     def uniform_depth(self, running: Any) -> None:
         """Before scheduling: every decode request in the batch verifies one
@@ -98,69 +107,127 @@ class DraftDepthScheduling:
         keeps its shorter list."""
         if not self._cuts:
             return
-        drafting = [request for request in running if request.spec_token_ids]
-        if not drafting:
-            return
-        try:  # list comprehensions: the per-request part runs at C speed
-            chosen = max([request.ds4x_depth_state.depth for request in drafting])
-        except AttributeError:  # a request's first step
-            chosen = max([self._state(request).depth for request in drafting])
-        if chosen >= self._full:  # the batch verifies K_max: nothing to cut
+        # a list comprehension: the per-request part runs at C speed
+        chosen = max([request.ds4x_depth_state.depth for request in running if request.spec_token_ids], default=None)
+        if chosen is None or chosen >= self._full:  # no drafts, or the batch verifies K_max: nothing to cut
             return
         depth = self.policy.batch_depth[chosen]
-        for request in drafting:
+        for request in running:
             drafts = request.spec_token_ids
             if len(drafts) > depth:
                 request.spec_token_ids = drafts[:depth]
 
-    def on_output(self, request: Any, new_token_ids: list[int], drafted: int, accepted: int, stats: Any) -> None:
-        """A request's step: the drafts it verified (none: 0) and its new tokens.
-        The common case, fixed or phase with no marker among the tokens, is a
-        set test and a counter increment."""
-        adaptive = self._adaptive
-        marker = not self._no_marker(new_token_ids)
-        if not (marker or adaptive or (drafted and stats is not None)):
+    def before_output(self, runner_output: Any) -> None:
+        """vLLM trims a stopping request's sampled tokens in place; what it
+        verified is counted on their lengths as sampled."""
+        self._lengths = list(map(len, runner_output.sampled_token_ids))
+
+    def on_step_end(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any], stats: Any) -> None:
+        """The step's output, after vLLM's own loop over it (`requests`: the
+        scheduler's, by id; `stats`: the step's SpecDecodingStats, None when
+        not logged or nothing was verified)."""
+        if runner_output.sampled_token_ids:
+            self._read_output(scheduler_output, runner_output, requests, stats)
+        for state in self._leaving:
+            if self._states.get(state.request_id) is state:  # not taken by a new request of the same id
+                del self._states[state.request_id]
+            self.policy.retire(state)
+        self._leaving.clear()
+        if self._adaptive:
+            self._time_step(scheduler_output)
+
+    def _read_output(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any], stats: Any) -> None:
+        ids, sampled = runner_output.req_ids, runner_output.sampled_token_ids
+        spec = scheduler_output.scheduled_spec_decode_tokens
+        watch: set[str] = set()  # requests whose new tokens the policy reads
+        if self._adaptive:
+            watch = self._adapt(ids, spec, stats)
+        elif spec and stats is not None:
+            self._tally(scheduler_output, runner_output, stats)
+        markers = self._markers
+        if not markers.isdisjoint(chain.from_iterable(sampled)):  # a set test per token, the step's at once
+            watch.update(request_id for request_id, tokens in zip(ids, sampled) if not markers.isdisjoint(tokens))
+        index = runner_output.req_id_to_index
+        for request_id in watch:
+            request = requests.get(request_id)
+            if request is not None:  # not finished
+                self.policy.tokens(request.ds4x_depth_state, sampled[index[request_id]], request.all_token_ids)
+
+    def _tally(self, scheduler_output: Any, runner_output: Any, stats: Any) -> None:
+        """The step's verifications into its stats by phase and chosen depth:
+        vLLM's own totals for the step, less those of every group of requests
+        (same phase and chosen depth) but the largest, read one by one. A step
+        whose largest group did not verify one depth throughout (n-gram drafted
+        fewer), or had drafts the grammar refused, is read request by request."""
+        spec, index, lengths = scheduler_output.scheduled_spec_decode_tokens, runner_output.req_id_to_index, self._lengths
+        groups, counts = self.policy.groups, defaultdict[int, int](int)
+        if not groups:  # every request aborted while the step ran
             return
-        try:
-            state = request.ds4x_depth_state
-        except AttributeError:
-            state = self._state(request)
-        if drafted:
-            if stats is not None:  # as scheduled (async: the depth may be a step newer)
-                if stats is not self._stats:  # a step that ended without on_step_end: its own stats
-                    self._tally()
-                    self._stats = stats
-                self._verified[state.slot + drafted * self._k1 + accepted] += 1
-            if adaptive:
-                self.policy.verified(state, drafted, accepted)
-        # adaptive counts unverified steps at depth 0 (its probe) and ends an exploring step
-        if marker or (adaptive and new_token_ids and (not state.depth or state.exploring)):
-            self.policy.tokens(state, new_token_ids, request.all_token_ids)
+        largest = max(groups, key=lambda slot: len(groups[slot]))
+        k1, drafted, find = self.policy.k_max + 1, spec.get, index.get
+        for slot, group in groups.items():
+            if slot != largest:
+                for state in group:
+                    mine, i = drafted(state.request_id), find(state.request_id)
+                    if mine and i is not None and lengths[i]:
+                        counts[slot + len(mine) * k1 + lengths[i] - 1] += 1
+        drafts, tokens, accepted = stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens
+        for code, count in counts.items():  # what is left is the largest group's
+            _, _, drafted, accepted_each = self.policy.unpack_tally(code)
+            drafts, tokens, accepted = drafts - count, tokens - drafted * count, accepted - accepted_each * count
+        depth = max(map(len, spec.values()))
+        if scheduler_output.num_invalid_spec_tokens or drafts < 0 or tokens != drafts * depth:
+            return self._tally_each(runner_output.req_ids, spec, stats)
+        self._observe(stats, counts)
+        if drafts:
+            phase, chosen, _, _ = self.policy.unpack_tally(largest)
+            stats.ds4x.observe(phase, chosen, depth, drafts, accepted)
 
-    def forget(self, request_id: str) -> None:
-        self.policy.forget(request_id)
+    def _tally_each(self, ids: list[str], spec: dict[str, list[int]], stats: Any) -> None:
+        counts: defaultdict[int, int] = defaultdict(int)  # RequestState.slot + drafted * (K_max + 1) + accepted
+        k1 = self.policy.k_max + 1
+        for state, drafts, length in zip(map(self._states.get, ids), map(spec.get, ids), self._lengths):
+            if drafts and length and state is not None:  # None: aborted while it ran
+                counts[state.slot + len(drafts) * k1 + length - 1] += 1
+        self._observe(stats, counts)
 
-    def on_step_end(self, scheduler_output: Any) -> None:
-        self._tally()
-        self._time_step(scheduler_output)
+    def _adapt(self, ids: list[str], spec: dict[str, list[int]], stats: Any) -> set[str]:
+        """adaptive: _tally, each verification into its request's outcomes (see
+        DepthPolicy.verified), and the requests whose new tokens matter this
+        step: at depth 0, or exploring."""
+        counts: defaultdict[int, int] = defaultdict(int)
+        due: list[RequestState] = []
+        watch: set[str] = set()
+        k1, hold = self.policy.k_max + 1, self.policy.config.hold_steps
+        for state, drafts, length in zip(map(self._states.get, ids), map(spec.get, ids), self._lengths):
+            if not length or state is None:
+                continue
+            if drafts:
+                code = len(drafts) * k1 + length - 1
+                counts[state.slot + code] += 1
+                state.outcomes[code] += 1
+                state.pending += 1
+                if state.probing or state.pending >= hold:
+                    due.append(state)
+            if not state.depth or state.exploring:
+                watch.add(state.request_id)
+        self.policy.review(due)
+        self._observe(stats, counts)
+        return watch
 
-    def _tally(self) -> None:
-        """The step's verifications into its spec-decode stats, once."""
-        stats, verified = self._stats, self._verified
-        self._stats = None
-        if stats is not None and verified:
-            if stats.ds4x is None:
-                stats.ds4x = DepthStats()
-            for code, count in verified.items():
-                stats.ds4x.observe(*self.policy.unpack_tally(code), count)
-        verified.clear()
+    def _observe(self, stats: Any, counts: dict[int, int]) -> None:
+        if stats is None:
+            return
+        if stats.ds4x is None:
+            stats.ds4x = DepthStats()
+        for code, count in counts.items():
+            phase, chosen, drafted, accepted = self.policy.unpack_tally(code)
+            stats.ds4x.observe(phase, chosen, drafted, count, accepted * count)
 
     def _time_step(self, scheduler_output: Any) -> None:
         """Live step cost: wall time since the previous step ended, credited to
         this step when it was a pure decode batch of one verify length and ran
         the same requests as the one before (no idle gap, no admission)."""
-        if not self._adaptive:
-            return
         now = time.perf_counter()
         scheduled = scheduler_output.num_scheduled_tokens
         previous, self._previous = self._previous, scheduled
