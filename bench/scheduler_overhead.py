@@ -13,6 +13,7 @@ MODEL_DIR: any model directory with a tokenizer (tests/engine/tiny_model.py make
 """
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -69,18 +70,21 @@ def main() -> None:
     policies = [None, "fixed", "phase", "adaptive"]
     for requests in args.requests:
         for answering in args.answering:
-            times: dict[str | None, list[float]] = {p: [] for p in policies}
-            for _ in range(args.rounds):  # interleaved, so drift hits all alike
+            medians: dict[str | None, list[float]] = {p: [] for p in policies}
+            for _ in range(args.rounds):  # interleaved; each round's ratios are to its own baseline
                 for policy in policies:
-                    times[policy] += step_times(args.model, policy, requests, args.steps, answering)[20:]
-            base = statistics.median(times[None])
-            print(f"{requests} running requests, {answering:.0%} answering, {len(times[None])} steps each, "
-                  "median per step (schedule + update):")
+                    gc.collect()  # the previous run's garbage is not this one's to collect
+                    medians[policy].append(statistics.median(
+                        step_times(args.model, policy, requests, args.steps, answering)[20:]))
+            base = statistics.median(medians[None])
+            print(f"{requests} running requests, {answering:.0%} answering, {args.rounds} rounds of "
+                  f"{args.steps - 20} steps, median step (schedule + update) and median of the rounds' ratios:")
             print(f"  vLLM path (ds4x off):            {base * 1e3:.3f} ms")
             for policy in policies[1:]:
-                t = statistics.median(times[policy])
-                print(f"  {policy:<8} + phase tracking:       {t * 1e3:.3f} ms  ({t / base - 1:+.1%}, "
-                      f"{(t - base) / requests * 1e6:+.2f} us per request)")
+                ratio = statistics.median(t / b for t, b in zip(medians[policy], medians[None]))
+                print(f"  {policy:<8} + phase tracking:       {statistics.median(medians[policy]) * 1e3:.3f} ms  "
+                      f"({ratio - 1:+.1%}, {(ratio - 1) * base / requests * 1e6:+.2f} us per request)")
+
 
 if __name__ == "__main__":
     main()

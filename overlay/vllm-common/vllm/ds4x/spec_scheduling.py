@@ -44,13 +44,13 @@ def phase_tracker(vllm_config: Any) -> PhaseTracker | None:
 
 
 class DraftDepthScheduling:
-    """vLLM's scheduler calls it four times: when a request arrives, before a
-    step is scheduled, once when the step's output is in, and when a request
-    is freed. Nothing runs per request inside vLLM's own output loop: the
-    step's output is read here in one pass, a token that ends no marker costs
-    one set test (the whole step's tokens at once), the policy's state hangs on
-    the request, and an adaptive request decides every hold_steps
-    verifications, not every step."""
+    """vLLM's scheduler calls it when a request arrives, before a step is
+    scheduled, before and after its loop over the step's output, and when a
+    request is freed; never per request inside that loop. The step's output is
+    read in one pass: one set test over all its new tokens finds markers, the
+    phase counts are vLLM's own step totals less all groups but the largest,
+    the policy's state hangs on the request, and an adaptive request decides
+    every hold_steps verifications, not every step."""
 
     def __init__(self, policy: DepthPolicy) -> None:
         self.policy = policy
