@@ -328,11 +328,9 @@ def best_depth(acceptance: Sequence[float], costs: Sequence[float],
                candidates: Sequence[int]) -> tuple[int, list[float]]:
     """The depth with most expected tokens per unit of step cost (the shallower
     on a tie; candidates ascending), and the rate of every depth."""
-    rates, tokens, survive = [1.0 / costs[0]], 1.0, 1.0
-    for position in range(len(costs) - 1):  # expected_tokens_by_depth, inline: decisions are frequent
-        survive *= acceptance[position]
-        tokens += survive
-        rates.append(tokens / costs[position + 1])
+    rates = expected_tokens_by_depth(acceptance, len(costs) - 1)
+    for depth, cost in enumerate(costs):  # in place, and no max(key=): decisions are frequent
+        rates[depth] /= cost
     best = candidates[0]
     for depth in candidates:
         if rates[depth] > rates[best]:

@@ -107,7 +107,7 @@ class DraftDepthScheduling:
         keeps its shorter list."""
         if not self._cuts:
             return
-        # a list comprehension: the per-request part runs at C speed
+        # a list comprehension, not a generator: max() then runs over a built list, cheaper per request
         chosen = max([request.ds4x_depth_state.depth for request in running if request.spec_token_ids], default=None)
         if chosen is None or chosen >= self._full:  # no drafts, or the batch verifies K_max: nothing to cut
             return
@@ -192,9 +192,9 @@ class DraftDepthScheduling:
         self._observe(stats, counts)
 
     def _adapt(self, ids: list[str], spec: dict[str, list[int]], stats: Any) -> set[str]:
-        """adaptive: _tally, each verification into its request's outcomes (see
-        DepthPolicy.verified), and the requests whose new tokens matter this
-        step: at depth 0, or exploring."""
+        """adaptive, in one loop: _tally_each's counts, each verification into
+        its request's outcomes (as DepthPolicy.verified counts them), and the
+        requests whose new tokens matter this step: at depth 0, or exploring."""
         counts: defaultdict[int, int] = defaultdict(int)
         due: list[RequestState] = []
         watch: set[str] = set()
