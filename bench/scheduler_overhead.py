@@ -3,9 +3,12 @@
 the patched vLLM Scheduler with each policy and phase tracking, against the
 same Scheduler with ds4x switched off (fixed policy, no reasoning parser: the
 hooks see None and vLLM runs its own path), in the same run. Prints the median
-step, the ratio, and the added cost per request in microseconds, with every
-request reasoning and with a quarter of them answering (then the phase counts
-read the smaller group one by one).
+step, the ratio, the added cost per request in microseconds, and the ratio of
+the mean step (a cost paid on some steps only, such as decisions all due at
+once, would hide from the median), with every request reasoning and with a
+quarter of them answering (then the phase counts read the smaller group one by
+one). Adaptive's decisions reach their steady pace after about 112 steps (it
+reviews a steady choice every 16, 32, then 64 steps): keep --steps at 200.
 
 Run with the Python of a venv that has our vLLM wheel:
     ENGINE_PYTHON bench/scheduler_overhead.py MODEL_DIR [--requests 16 256 1024 --steps 200]
@@ -70,21 +73,22 @@ def main() -> None:
     policies = [None, "fixed", "phase", "adaptive"]
     for requests in args.requests:
         for answering in args.answering:
-            medians: dict[str | None, list[float]] = {p: [] for p in policies}
+            runs: dict[str | None, list[list[float]]] = {p: [] for p in policies}
             for _ in range(args.rounds):  # interleaved; each round's ratios are to its own baseline
                 for policy in policies:
                     gc.collect()  # the previous run's garbage is not this one's to collect
-                    medians[policy].append(statistics.median(
-                        step_times(args.model, policy, requests, args.steps, answering)[20:]))
-            base = statistics.median(medians[None])
+                    runs[policy].append(step_times(args.model, policy, requests, args.steps, answering)[20:])
             print(f"{requests} running requests, {answering:.0%} answering, {args.rounds} rounds of "
-                  f"{args.steps - 20} steps, median step (schedule + update) and median of the rounds' ratios:")
+                  f"{args.steps - 20} steps; median step (schedule + update), and the median of the rounds' "
+                  f"ratios of their median and mean steps:")
+            base = statistics.median(map(statistics.median, runs[None]))
             print(f"  vLLM path (ds4x off):            {base * 1e3:.3f} ms")
             for policy in policies[1:]:
-                ratio = statistics.median(t / b for t, b in zip(medians[policy], medians[None]))
-                print(f"  {policy:<8} + phase tracking:       {statistics.median(medians[policy]) * 1e3:.3f} ms  "
-                      f"({ratio - 1:+.1%}, {(ratio - 1) * base / requests * 1e6:+.2f} us per request)")
-
+                median, mean = (statistics.median(f(t) / f(b) for t, b in zip(runs[policy], runs[None])) - 1
+                                for f in (statistics.median, statistics.mean))
+                print(f"  {policy:<8} + phase tracking:       "
+                      f"{statistics.median(map(statistics.median, runs[policy])) * 1e3:.3f} ms  "
+                      f"({median:+.1%}, {median * base / requests * 1e6:+.2f} us per request; mean {mean:+.1%})")
 
 if __name__ == "__main__":
     main()

@@ -53,9 +53,10 @@ def scheduler(model: str, draft_depth: dict[str, Any] | None, async_scheduling: 
         speculative_config=spec,
         structured_outputs_config=StructuredOutputsConfig(reasoning_parser=reasoning_parser),
     )
-    kv = KVCacheConfig(num_blocks=20000, kv_cache_tensors=[], kv_cache_groups=[
+    blocks = max(20000, max_num_seqs * 1024 // BLOCK)  # room for every request at max_model_len: none preempted
+    kv = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=[
         KVCacheGroupSpec(["layer"], FullAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32))])
-    config.cache_config.num_gpu_blocks = 20000
+    config.cache_config.num_gpu_blocks = blocks
     register_all_kvcache_specs(config)
     cls = AsyncScheduler if async_scheduling else Scheduler
     return cls(vllm_config=config, kv_cache_config=kv, block_size=BLOCK, log_stats=True,

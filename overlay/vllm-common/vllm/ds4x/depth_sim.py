@@ -65,6 +65,7 @@ def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], accep
             done[phase][0] += 1 + accepted
             done[phase][1] += costs[depth]
             policy.on_tokens("req", [TEXT] * (1 + accepted))
+            policy.step()
         if phase == "reasoning":
             policy.on_tokens("req", [END_THINK])
     return {phase: n / s for phase, (n, s) in done.items()}

@@ -27,6 +27,8 @@ Pure Python: the policy is stats in, depth out, testable without a GPU.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -62,8 +64,10 @@ class DraftDepthConfig:
     hysteresis: float = 0.01
     """adaptive: switch only for more than this fraction of expected gain."""
     hold_steps: int = 16
-    """adaptive: verifications between two decisions of one request; its
-    acceptance estimate takes them in at once, then."""
+    """adaptive: steps between two decisions of one request; its acceptance
+    estimate takes in what it verified meanwhile at once, then. While its
+    choice holds the wait doubles, up to 4 times this; a change (or a new
+    phase) brings it back."""
     probe_interval: int = 8
     """adaptive: at depth 0 nothing is verified, so every this many steps (times
     the cost of verifying 2 tokens over 1: dear probes come rarer) one step
@@ -71,7 +75,7 @@ class DraftDepthConfig:
     explore_steps: int = 16
     """adaptive: steps it may spend in a row at depths whose step cost is untimed
     or stale, to time them (live timings come from batches of one verify
-    length); the allowance refills by one every 16 verified steps."""
+    length); the allowance refills by one every 16 engine steps."""
     graph_depths: tuple[int, ...] | None = None
     """Depths a decode batch may verify, each with its own full decode CUDA
     graph (default: those the policy chooses, and K_max: fixed K_max; phase
@@ -219,7 +223,15 @@ def expected_tokens(acceptance: Sequence[float], depth: int) -> float:
 PRIOR_SAMPLES = 4  # what a starting acceptance estimate weighs, in observations
 
 
-@dataclass
+@functools.cache
+def _reach(k_max: int) -> tuple[tuple[int, int, int], ...]:
+    """For each outcome code with drafts, drafted * (K_max + 1) + accepted: the
+    code, how many positions it saw (up to the first rejection), and accepted."""
+    return tuple((drafted * (k_max + 1) + accepted, accepted + 1 if accepted < drafted else drafted, accepted)
+                 for drafted in range(1, k_max + 1) for accepted in range(drafted + 1))
+
+
+@dataclass(slots=True)
 class Acceptance:
     """Conditional acceptance per draft position, smoothed. A position that is
     not being verified (the request runs shallower) fades toward the one
@@ -241,11 +253,10 @@ class Acceptance:
         k = len(self.rates)
         # verifications that saw exactly r positions (up to the first rejection) / accepted exactly a
         saw, took = [0] * (k + 1), [0] * (k + 1)
-        for code in range(k + 1, len(outcomes)):  # drafted >= 1
+        for code, reached, accepted in _reach(k):
             n = outcomes[code]
             if n:
-                drafted, accepted = divmod(code, k + 1)
-                saw[accepted + 1 if accepted < drafted else drafted] += n
+                saw[reached] += n
                 took[accepted] += n
                 outcomes[code] = 0
         if not self.weights:
@@ -347,13 +358,14 @@ class RequestState:
     acceptance: dict[str, Acceptance]
     outcomes: list[int]
     """adaptive: verifications not yet in the estimate, by drafted * (K_max + 1) + accepted"""
-    pending: int = 0
-    """adaptive: how many; applied and decided on every hold_steps"""
+    wake_at: int = 0
+    """adaptive: the engine step at whose end it next decides (DepthPolicy.step)"""
+    hold: int = 0
+    """adaptive: steps from its last decision to its next"""
     slot: int = -1
     """phase and depth as one index, ((phase is answer) * (K_max + 1) + depth) * (K_max + 1) ** 2,
     a base for per-step tallies by drafted * (K_max + 1) + accepted (set_depth keeps it and
     DepthPolicy.groups; -1: retired)"""
-    unverified_steps: int = 0
     probing: bool = False
     exploring: bool = False
 
@@ -380,7 +392,9 @@ class DepthPolicy:
         # the requests by slot, until retired: per-step tallies read all but the largest group
         self.groups: dict[int, set[RequestState]] = {}
         self.explore_left = config.explore_steps
-        self.verifications = 0
+        self.steps = 0
+        # adaptive: requests by the step at whose end they decide; nothing is done per request per step
+        self.wakes: dict[int, list[RequestState]] = {}
         self._adaptive, self._k1 = config.policy == "adaptive", k_max + 1
 
     def phase_depth(self, phase: str) -> int:
@@ -399,7 +413,8 @@ class DepthPolicy:
             if self._adaptive else {},
             outcomes=[0] * self._k1**2 if self._adaptive else [],
         )
-        self.set_depth(state, self._decide(state, force=True))
+        hold = max(self.config.hold_steps, 1)
+        self._settle(state, force=True, first=hold - len(self.requests) % hold)  # arrivals spread their decisions
         self.requests[request_id] = state
         return state
 
@@ -431,23 +446,15 @@ class DepthPolicy:
             self.tokens(state, new, new if history is None else history)
 
     def tokens(self, state: RequestState, new: Sequence[int], history: Sequence[int]) -> None:
-        """Every step's new tokens (the last of `history`): the phase, the end
-        of an exploring step, and the probe at depth 0."""
-        if state.exploring:
-            state.exploring = False
-            self.set_depth(state, self._decide(state, force=True))
+        """A step's new tokens (the last of `history`): the phase. The
+        scheduler calls it only when one of them may end a marker."""
         if self.tracker is not None and not self.tracker.last_tokens.isdisjoint(new):
             phase = self.tracker.feed(state.phase, history, len(new))
             if phase != state.phase:
                 self._apply(state)  # what it verified belongs to the phase it leaves
                 state.phase = phase
-                self.set_depth(state, self._decide(state, force=True))
-        if state.depth == 0 and state.override is None and self.config.policy == "adaptive":
-            state.unverified_steps += 1
-            costs = self.costs.relative()
-            if state.unverified_steps >= self.config.probe_interval * costs[1] / costs[0]:
-                self.set_depth(state, 1)
-                state.unverified_steps, state.probing = 0, True
+                state.exploring = state.probing = False
+                self._settle(state, force=True)
 
     def on_verified(self, request_id: str, drafted: int, accepted: int) -> None:
         state = self.requests.get(request_id)
@@ -455,21 +462,56 @@ class DepthPolicy:
             self.verified(state, drafted, accepted)
 
     def verified(self, state: RequestState, drafted: int, accepted: int) -> None:
-        """Counted in the request's outcomes; every hold_steps verifications they
-        go into its estimate at once and it decides (one pass, not one per step).
-        The scheduler does the counting itself, a step at a time, then review()."""
-        if drafted <= 0 or not self._adaptive:
-            return
-        state.outcomes[drafted * self._k1 + accepted] += 1
-        state.pending += 1
-        if state.probing or state.pending >= self.config.hold_steps:  # a probe is one step
-            self.review([state])
+        """Counted in the request's outcomes, which go into its estimate when it
+        next decides (step). The scheduler counts a whole step in one loop."""
+        if drafted > 0 and self._adaptive:
+            state.outcomes[drafted * self._k1 + accepted] += 1
 
-    def review(self, due: list[RequestState]) -> None:
-        for state in due:
-            probe, state.probing = state.probing, False
-            self._apply(state)
-            self.set_depth(state, self._decide(state, force=probe))  # a probe's depth was not a choice
+    def step(self) -> None:
+        """An engine step ended (adaptive). The exploration allowance refills by
+        one every 16, whatever the batch size: a batch times one length a step.
+        The requests due decide: every hold_steps, the step after an exploring
+        or probing one, and at depth 0 when a probe is due."""
+        self.steps += 1
+        if not self.steps % 16:
+            self.explore_left = min(self.config.explore_steps, self.explore_left + 1)
+        for state in self.wakes.pop(self.steps, ()):
+            if state.wake_at == self.steps and state.slot >= 0:  # not rescheduled since, nor retired
+                self._wake(state)
+
+    def _wake(self, state: RequestState) -> None:
+        verified = any(state.outcomes)
+        if state.probing and not verified:  # async scheduling: the probe's step is still to run
+            return self._wake_in(state, 1)
+        force = state.probing or state.exploring  # their depth was not a choice
+        state.exploring = state.probing = False
+        if state.depth == 0 and not verified:
+            state.probing = True  # at depth 0 nothing is verified: one step verifies one draft
+            self.set_depth(state, 1)
+            return self._wake_in(state, 1)
+        self._apply(state)
+        self._settle(state, force)
+
+    def _settle(self, state: RequestState, force: bool, first: int = 0) -> None:
+        """Decide, and when to decide next: after one step at an untimed depth,
+        after a probe's wait at depth 0 (dear probes come rarer), else after a
+        hold, doubled while the choice holds (`first`: a new request's)."""
+        previous = state.depth
+        self.set_depth(state, self._decide(state, force))
+        if not self._adaptive or state.override is not None:
+            return
+        if state.exploring:
+            return self._wake_in(state, 1)
+        if state.depth == 0:
+            costs = self.costs.relative()
+            return self._wake_in(state, math.ceil(self.config.probe_interval * costs[1] / costs[0]))
+        hold = max(self.config.hold_steps, 1)
+        state.hold = min(2 * state.hold, 4 * hold) if state.depth == previous and not force else hold
+        self._wake_in(state, first or state.hold)
+
+    def _wake_in(self, state: RequestState, steps: int) -> None:
+        state.wake_at = self.steps + steps
+        self.wakes.setdefault(state.wake_at, []).append(state)
 
     def set_depth(self, state: RequestState, depth: int) -> None:
         state.depth = depth
@@ -495,14 +537,9 @@ class DepthPolicy:
         return ANSWER if answer else REASONING, chosen, drafted, accepted
 
     def _apply(self, state: RequestState) -> None:
-        """Pending verifications into the estimate of the request's phase."""
-        if not state.pending:
-            return
-        state.acceptance[state.phase].observe_outcomes(state.outcomes)
-        refills = (self.verifications + state.pending) // 16 - self.verifications // 16
-        self.verifications += state.pending
-        self.explore_left = min(self.config.explore_steps, self.explore_left + refills)
-        state.pending = 0
+        """Its verifications since the last into the estimate of its phase."""
+        if state.outcomes:
+            state.acceptance[state.phase].observe_outcomes(state.outcomes)
 
     def depth(self, request_id: str) -> int:
         state = self.requests.get(request_id)

@@ -9,7 +9,6 @@ so it keeps a full CUDA graph. KV lookahead stays reserved for K_max.
 """
 
 import time
-from collections import defaultdict
 from itertools import chain
 from typing import Any
 
@@ -49,8 +48,8 @@ class DraftDepthScheduling:
     request is freed; never per request inside that loop. The step's output is
     read in one pass: one set test over all its new tokens finds markers, the
     phase counts are vLLM's own step totals less all groups but the largest,
-    the policy's state hangs on the request, and an adaptive request decides
-    every hold_steps verifications, not every step."""
+    the policy's state hangs on the request, and adaptive decides at the end
+    of a step for the requests due then (DepthPolicy.step), not for each."""
 
     def __init__(self, policy: DepthPolicy) -> None:
         self.policy = policy
@@ -59,10 +58,11 @@ class DraftDepthScheduling:
         # fixed without graph_depths: every batch verifies K_max, nothing to cut
         self._cuts = any(d < policy.k_max for d in policy.batch_depth)
         self._full = policy.batch_depth.index(policy.k_max)  # the lowest choice that verifies K_max
+        self._codes = 2 * (policy.k_max + 1) ** 3  # tally codes: RequestState.slot + drafted * (K_max + 1) + accepted
         self._states = policy.requests  # by request id: the step's output is read by id
         self._lengths: list[int] = []  # of the step's sampled token lists, before vLLM trims any
         self._leaving: list[RequestState] = []  # finished in this step's output: kept until it ends
-        self._previous: dict[str, int] = {}  # the last step's tokens by request
+        self._previous = 0  # requests in the last step
         self._step_end: float | None = None
 
     @classmethod
@@ -107,9 +107,14 @@ class DraftDepthScheduling:
         keeps its shorter list."""
         if not self._cuts:
             return
-        # a list comprehension, not a generator: max() then runs over a built list, cheaper per request
-        chosen = max([request.ds4x_depth_state.depth for request in running if request.spec_token_ids], default=None)
-        if chosen is None or chosen >= self._full:  # no drafts, or the batch verifies K_max: nothing to cut
+        chosen, full = -1, self._full
+        for request in running:
+            mine = request.ds4x_depth_state.depth
+            if mine > chosen and request.spec_token_ids:
+                if mine >= full:  # the batch verifies K_max: nothing to cut, and no need to look further
+                    return
+                chosen = mine
+        if chosen < 0:  # no drafts
             return
         depth = self.policy.batch_depth[chosen]
         for request in running:
@@ -135,23 +140,21 @@ class DraftDepthScheduling:
         self._leaving.clear()
         if self._adaptive:
             self._time_step(scheduler_output)
+            self.policy.step()
 
     def _read_output(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any], stats: Any) -> None:
         ids, sampled = runner_output.req_ids, runner_output.sampled_token_ids
         spec = scheduler_output.scheduled_spec_decode_tokens
-        watch: set[str] = set()  # requests whose new tokens the policy reads
-        if self._adaptive:
-            watch = self._adapt(ids, spec, stats)
+        if self._adaptive:  # each request's outcomes too
+            self._count_outcomes(scheduler_output, ids, spec, stats)
         elif spec and stats is not None:
             self._tally(scheduler_output, runner_output, stats)
         markers = self._markers
-        if not markers.isdisjoint(chain.from_iterable(sampled)):  # a set test per token, the step's at once
-            watch.update(request_id for request_id, tokens in zip(ids, sampled) if not markers.isdisjoint(tokens))
-        index = runner_output.req_id_to_index
-        for request_id in watch:
-            request = requests.get(request_id)
-            if request is not None:  # not finished
-                self.policy.tokens(request.ds4x_depth_state, sampled[index[request_id]], request.all_token_ids)
+        if markers.isdisjoint(chain.from_iterable(sampled)):  # a set test per token, the step's at once
+            return
+        for request_id, tokens in zip(ids, sampled):
+            if not markers.isdisjoint(tokens) and (request := requests.get(request_id)) is not None:  # None: finished
+                self.policy.tokens(request.ds4x_depth_state, tokens, request.all_token_ids)
 
     def _tally(self, scheduler_output: Any, runner_output: Any, stats: Any) -> None:
         """The step's verifications into its stats by phase and chosen depth:
@@ -160,7 +163,7 @@ class DraftDepthScheduling:
         whose largest group did not verify one depth throughout (n-gram drafted
         fewer), or had drafts the grammar refused, is read request by request."""
         spec, index, lengths = scheduler_output.scheduled_spec_decode_tokens, runner_output.req_id_to_index, self._lengths
-        groups, counts = self.policy.groups, defaultdict[int, int](int)
+        groups, counts = self.policy.groups, [0] * self._codes
         if not groups:  # every request aborted while the step ran
             return
         largest = max(groups, key=lambda slot: len(groups[slot]))
@@ -172,9 +175,10 @@ class DraftDepthScheduling:
                     if mine and i is not None and lengths[i]:
                         counts[slot + len(mine) * k1 + lengths[i] - 1] += 1
         drafts, tokens, accepted = stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens
-        for code, count in counts.items():  # what is left is the largest group's
-            _, _, drafted, accepted_each = self.policy.unpack_tally(code)
-            drafts, tokens, accepted = drafts - count, tokens - drafted * count, accepted - accepted_each * count
+        for code, count in enumerate(counts):  # what is left is the largest group's
+            if count:
+                _, _, drafted, accepted_each = self.policy.unpack_tally(code)
+                drafts, tokens, accepted = drafts - count, tokens - drafted * count, accepted - accepted_each * count
         depth = max(map(len, spec.values()))
         if scheduler_output.num_invalid_spec_tokens or drafts < 0 or tokens != drafts * depth:
             return self._tally_each(runner_output.req_ids, spec, stats)
@@ -183,62 +187,60 @@ class DraftDepthScheduling:
             phase, chosen, _, _ = self.policy.unpack_tally(largest)
             stats.ds4x.observe(phase, chosen, depth, drafts, accepted)
 
+    def _count_outcomes(self, scheduler_output: Any, ids: list[str], spec: dict[str, list[int]], stats: Any) -> None:
+        """adaptive: _tally_each, without looking up each request's drafts when
+        vLLM's totals show that every request of the step verified one depth."""
+        if spec and stats is not None and stats.num_drafts == len(ids) and not scheduler_output.num_invalid_spec_tokens:
+            depth = max(map(len, spec.values()))
+            if stats.num_draft_tokens == depth * len(ids):
+                counts, base = [0] * self._codes, depth * (self.policy.k_max + 1) - 1  # code = base + sampled
+                for state, length in zip(map(self._states.get, ids), self._lengths):
+                    if length and state is not None:
+                        code = base + length
+                        counts[state.slot + code] += 1
+                        state.outcomes[code] += 1
+                return self._observe(stats, counts)
+        self._tally_each(ids, spec, stats)
+
     def _tally_each(self, ids: list[str], spec: dict[str, list[int]], stats: Any) -> None:
-        counts: defaultdict[int, int] = defaultdict(int)  # RequestState.slot + drafted * (K_max + 1) + accepted
-        k1 = self.policy.k_max + 1
+        """Read request by request: the step's counts by phase and chosen depth,
+        and under adaptive each verification into its request's outcomes (as
+        DepthPolicy.verified counts them)."""
+        counts = [0] * self._codes
+        k1, adaptive = self.policy.k_max + 1, self._adaptive
         for state, drafts, length in zip(map(self._states.get, ids), map(spec.get, ids), self._lengths):
             if drafts and length and state is not None:  # None: aborted while it ran
-                counts[state.slot + len(drafts) * k1 + length - 1] += 1
-        self._observe(stats, counts)
-
-    def _adapt(self, ids: list[str], spec: dict[str, list[int]], stats: Any) -> set[str]:
-        """adaptive, in one loop: _tally_each's counts, each verification into
-        its request's outcomes (as DepthPolicy.verified counts them), and the
-        requests whose new tokens matter this step: at depth 0, or exploring."""
-        counts: defaultdict[int, int] = defaultdict(int)
-        due: list[RequestState] = []
-        watch: set[str] = set()
-        k1, hold = self.policy.k_max + 1, self.policy.config.hold_steps
-        for state, drafts, length in zip(map(self._states.get, ids), map(spec.get, ids), self._lengths):
-            if not length or state is None:
-                continue
-            if drafts:
                 code = len(drafts) * k1 + length - 1
                 counts[state.slot + code] += 1
-                state.outcomes[code] += 1
-                state.pending += 1
-                if state.probing or state.pending >= hold:
-                    due.append(state)
-            if not state.depth or state.exploring:
-                watch.add(state.request_id)
-        self.policy.review(due)
+                if adaptive:
+                    state.outcomes[code] += 1
         self._observe(stats, counts)
-        return watch
 
-    def _observe(self, stats: Any, counts: dict[int, int]) -> None:
+    def _observe(self, stats: Any, counts: list[int]) -> None:
         if stats is None:
             return
         if stats.ds4x is None:
             stats.ds4x = DepthStats()
-        for code, count in counts.items():
-            phase, chosen, drafted, accepted = self.policy.unpack_tally(code)
-            stats.ds4x.observe(phase, chosen, drafted, count, accepted * count)
+        for code, count in enumerate(counts):
+            if count:
+                phase, chosen, drafted, accepted = self.policy.unpack_tally(code)
+                stats.ds4x.observe(phase, chosen, drafted, count, accepted * count)
 
     def _time_step(self, scheduler_output: Any) -> None:
         """Live step cost: wall time since the previous step ended, credited to
         this step when it was a pure decode batch of one verify length and ran
-        the same requests as the one before (no idle gap, no admission)."""
+        the same requests as the one before: as many, none new or resumed
+        (no idle gap, no admission)."""
         now = time.perf_counter()
         scheduled = scheduler_output.num_scheduled_tokens
-        previous, self._previous = self._previous, scheduled
+        previous, self._previous = self._previous, len(scheduled)
         step_end, self._step_end = self._step_end, now
-        if step_end is None or not scheduled or scheduler_output.scheduled_new_reqs:
+        if (step_end is None or not scheduled or len(scheduled) != previous or scheduler_output.scheduled_new_reqs
+                or scheduler_output.scheduled_cached_reqs.resumed_req_ids):
             return
         tokens = max(scheduled.values())
-        # one length (the total is the longest times the count) and the same requests, no allocation
-        if (tokens <= self.policy.k_max + 1 and tokens * len(scheduled) == scheduler_output.total_num_scheduled_tokens
-                and scheduled.keys() == previous.keys()):
-            self.policy.costs.observe(tokens, now - step_end)
+        if tokens <= self.policy.k_max + 1 and tokens * len(scheduled) == scheduler_output.total_num_scheduled_tokens:
+            self.policy.costs.observe(tokens, now - step_end)  # one length: the total is the longest times the count
 
 
 def validate_request(params: Any, speculative_config: Any) -> None:
