@@ -171,7 +171,8 @@ def test_adaptive_picks_the_best_depth_for_each_regime() -> None:
     estimate is sure of it); with a flat (GPU) cost, K_max wins."""
     policy = adaptive()
     policy.add("low", [THINK], None)
-    assert feed(policy, "low", 0.39, 200)[-50:] == [0] * 50 or set(feed(policy, "low", 0.39, 50)) <= {0, 1}
+    low = feed(policy, "low", 0.39, 200)[-50:]
+    assert low.count(0) >= 45 and set(low) == {0, 1}  # depth 0, and a one-step probe at 1 now and then
     policy.add("high", [THINK, END_THINK], None)
     tail = feed(policy, "high", 0.9, 400)[-100:]
     rates = {d: dd.expected_tokens([0.9, 0.9], d) / CPU_COST[d] for d in range(3)}
@@ -321,6 +322,11 @@ def test_adaptive_spreads_decisions_and_holds_longer_while_a_choice_holds() -> N
     assert state.depth == 2 and watched_at == [16, 48, 112, 176]
     policy.on_tokens("r0", [THINK])  # back to reasoning: decided now, next after 16
     assert state.hold == 16 and state.wake_at == policy.steps + 16
+    # untimed depths: some explore a step and decide again, still spread (not 64 on one step)
+    exploring = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive"}, 2), 2, tracker())
+    for i in range(64):
+        exploring.add(f"r{i}", [THINK], None)
+    assert max(run_steps(exploring, 200, exploring.requests["r0"])[0]) <= 64 // 4
 
 
 def test_exploration_allowance_refills_by_engine_steps_not_verifications() -> None:
@@ -337,3 +343,42 @@ def test_exploration_allowance_refills_by_engine_steps_not_verifications() -> No
         policy.step()
         explored += sum(state.exploring for state in policy.requests.values())
     assert explored + policy.explore_left == 16 + 4  # nothing times the untimed depths: refills are spent
+
+
+def wakes_of(policy: Any, state: Any, steps: int, ran: Any = None) -> int:
+    """How many times `state` was looked at in `steps` steps (nothing verified)."""
+    looked = 0
+    for _ in range(steps):
+        before = state.wake_at
+        policy.step(ran)
+        looked += state.wake_at != before
+    return looked
+
+
+def test_a_request_that_does_not_run_spends_nothing_and_is_seldom_looked_at() -> None:
+    """Waiting or preempted (not in the step's output): no exploring step is
+    spent on it, and it is looked at once a hold, not every step, even at
+    depth 0 where a running request would be probed."""
+    explorer = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive"}, 2), 2, tracker())
+    waiting = explorer.add("w", [THINK], None)  # untimed depths: it would explore if it ran
+    assert not waiting.exploring and explorer.explore_left == 16  # nor while it prefills
+    assert wakes_of(explorer, waiting, 160, ran=set()) <= 160 // 16 and explorer.explore_left == 16
+    shallow = adaptive(prior_acceptance=0.1)  # CPU costs: depth 0 wins
+    idle = shallow.add("i", [THINK], None)
+    assert idle.depth == 0
+    assert wakes_of(shallow, idle, 160, ran=set()) <= 160 // 8 and idle.depth == 0 and not idle.probing
+
+
+def test_probes_wait_for_their_step_under_async_scheduling() -> None:
+    """With async scheduling a depth takes effect two steps after it is set; a
+    probe at depth 0 must still see its own verification."""
+    policy = dd.DepthPolicy(adaptive(prior_acceptance=0.1).config, 2, tracker(), lag=2)
+    state = policy.add("a", [THINK], None)
+    scheduled = [state.depth, state.depth]  # the two steps already scheduled
+    for _ in range(200):
+        depth = scheduled.pop(0)
+        policy.verified(state, depth, 0)  # drafts always rejected: depth 0 stays best
+        policy.step()
+        scheduled.append(state.depth)
+    assert state.acceptance["reasoning"].counts[0] >= 200 // 16  # probes verified and learned from
+    assert state.depth == 0

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -64,10 +64,10 @@ class DraftDepthConfig:
     hysteresis: float = 0.01
     """adaptive: switch only for more than this fraction of expected gain."""
     hold_steps: int = 16
-    """adaptive: steps between two decisions of one request; its acceptance
-    estimate takes in what it verified meanwhile at once, then. While its
-    choice holds the wait doubles, up to 4 times this; a change (or a new
-    phase) brings it back."""
+    """adaptive: steps between two decisions of one request (0 acts as 1); its
+    acceptance estimate takes in what it verified meanwhile at once, then.
+    While its choice holds the wait doubles, up to 4 times this; a change (or
+    a new phase) brings it back."""
     probe_interval: int = 8
     """adaptive: at depth 0 nothing is verified, so every this many steps (times
     the cost of verifying 2 tokens over 1: dear probes come rarer) one step
@@ -373,13 +373,15 @@ class RequestState:
 class DepthPolicy:
     """One per scheduler: request state in, a depth per request out."""
 
-    def __init__(self, config: DraftDepthConfig, k_max: int, tracker: PhaseTracker | None) -> None:
+    def __init__(self, config: DraftDepthConfig, k_max: int, tracker: PhaseTracker | None, lag: int = 1) -> None:
+        """lag: steps from a decision to the first step it schedules (2 under
+        async scheduling: vLLM schedules a step before it reads the last one)."""
         if config.needs_phase and tracker is None:
             raise DraftDepthError(
                 f"speculative_config.draft_depth.policy={config.policy!r} needs to know the reasoning "
                 f"phase: start vLLM with --reasoning-parser (e.g. deepseek_r1, deepseek_v4)"
             )
-        self.config, self.k_max, self.tracker = config, k_max, tracker
+        self.config, self.k_max, self.tracker, self.lag = config, k_max, tracker, lag
         self.phase_depths = config.phase_depths(k_max)
         self.batch_depth = batch_depth_table(config.verify_depths(k_max), k_max)
         # adaptive chooses among depths a batch really verifies (each has its graph)
@@ -414,7 +416,8 @@ class DepthPolicy:
             outcomes=[0] * self._k1**2 if self._adaptive else [],
         )
         hold = max(self.config.hold_steps, 1)
-        self._settle(state, force=True, first=hold - len(self.requests) % hold)  # arrivals spread their decisions
+        # no exploring while it prefills; arrivals spread their decisions over a hold
+        self._settle(state, force=True, explore=False, first=hold - len(self.requests) % hold)
         self.requests[request_id] = state
         return state
 
@@ -467,44 +470,53 @@ class DepthPolicy:
         if drafted > 0 and self._adaptive:
             state.outcomes[drafted * self._k1 + accepted] += 1
 
-    def step(self) -> None:
-        """An engine step ended (adaptive). The exploration allowance refills by
-        one every 16, whatever the batch size: a batch times one length a step.
-        The requests due decide: every hold_steps, the step after an exploring
-        or probing one, and at depth 0 when a probe is due."""
+    def step(self, ran: Container[str] | None = None) -> None:
+        """An engine step ended (adaptive; `ran`: the ids of the requests in its
+        output, default all). The exploration allowance refills by one every
+        16, whatever the batch size: a batch times one length a step. The
+        requests due decide: after a hold, the step after an exploring one, a
+        probe's step after it was set, and at depth 0 when a probe is due."""
         self.steps += 1
         if not self.steps % 16:
-            self.explore_left = min(self.config.explore_steps, self.explore_left + 1)
+            self._explore_more()
         for state in self.wakes.pop(self.steps, ()):
             if state.wake_at == self.steps and state.slot >= 0:  # not rescheduled since, nor retired
-                self._wake(state)
+                self._wake(state, ran is None or state.request_id in ran)
 
-    def _wake(self, state: RequestState) -> None:
-        verified = any(state.outcomes)
-        if state.probing and not verified:  # async scheduling: the probe's step is still to run
-            return self._wake_in(state, 1)
-        force = state.probing or state.exploring  # their depth was not a choice
+    def _wake(self, state: RequestState, ran: bool) -> None:
+        tried = state.probing or state.exploring  # a depth it did not choose, for one step
+        if not ran:  # waiting or preempted: nothing learned
+            if not tried:
+                return self._wake_in(state, state.hold or max(self.config.hold_steps, 1))
+            if state.exploring:
+                self._explore_more()  # the step it did not take is given back
+            state.exploring = state.probing = False
+            return self._settle(state, force=True, explore=False)
         state.exploring = state.probing = False
-        if state.depth == 0 and not verified:
+        verified = any(state.outcomes)
+        if state.depth == 0 and not verified and not tried:
             state.probing = True  # at depth 0 nothing is verified: one step verifies one draft
             self.set_depth(state, 1)
-            return self._wake_in(state, 1)
+            return self._wake_in(state, self.lag)
         self._apply(state)
-        self._settle(state, force)
+        self._settle(state, force=tried)
 
-    def _settle(self, state: RequestState, force: bool, first: int = 0) -> None:
+    def _explore_more(self) -> None:
+        self.explore_left = min(self.config.explore_steps, self.explore_left + 1)
+
+    def _settle(self, state: RequestState, force: bool, explore: bool = True, first: int = 0) -> None:
         """Decide, and when to decide next: after one step at an untimed depth,
         after a probe's wait at depth 0 (dear probes come rarer), else after a
         hold, doubled while the choice holds (`first`: a new request's)."""
         previous = state.depth
-        self.set_depth(state, self._decide(state, force))
+        self.set_depth(state, self._decide(state, force, explore))
         if not self._adaptive or state.override is not None:
             return
         if state.exploring:
             return self._wake_in(state, 1)
         if state.depth == 0:
             costs = self.costs.relative()
-            return self._wake_in(state, math.ceil(self.config.probe_interval * costs[1] / costs[0]))
+            return self._wake_in(state, first or math.ceil(self.config.probe_interval * costs[1] / costs[0]))
         hold = max(self.config.hold_steps, 1)
         state.hold = min(2 * state.hold, 4 * hold) if state.depth == previous and not force else hold
         self._wake_in(state, first or state.hold)
@@ -538,7 +550,7 @@ class DepthPolicy:
 
     def _apply(self, state: RequestState) -> None:
         """Its verifications since the last into the estimate of its phase."""
-        if state.outcomes:
+        if any(state.outcomes):
             state.acceptance[state.phase].observe_outcomes(state.outcomes)
 
     def depth(self, request_id: str) -> int:
@@ -549,12 +561,12 @@ class DepthPolicy:
         state = self.requests.get(request_id)
         return None if state is None else state.phase
 
-    def _decide(self, state: RequestState, force: bool = False) -> int:
+    def _decide(self, state: RequestState, force: bool = False, explore: bool = True) -> int:
         if state.override is not None:
             return state.override
         if self.config.policy != "adaptive":
             return self.phase_depth(state.phase)
-        if self.explore_left > 0 and (untimed := [t - 1 for t in self.costs.unmeasured() if t - 1 in self.choices]):
+        if explore and self.explore_left > 0 and (untimed := [t - 1 for t in self.costs.unmeasured() if t - 1 in self.choices]):
             self.explore_left -= 1  # one step at an untimed depth, to time it
             state.exploring = True
             return untimed[0]

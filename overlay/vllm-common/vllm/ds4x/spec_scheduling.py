@@ -79,7 +79,8 @@ class DraftDepthScheduling:
             return None
         logger.info("ds4x draft depth: policy %s, K_max %d, phase tracking %s",
                     config.policy, k_max, "on" if tracker else "off")
-        return cls(DepthPolicy(config, k_max, tracker))
+        lag = 2 if vllm_config.scheduler_config.async_scheduling else 1
+        return cls(DepthPolicy(config, k_max, tracker, lag))
 
     def add(self, request: Any) -> None:
         params = request.sampling_params
@@ -140,13 +141,13 @@ class DraftDepthScheduling:
         self._leaving.clear()
         if self._adaptive:
             self._time_step(scheduler_output)
-            self.policy.step()
+            self.policy.step(runner_output.req_id_to_index)
 
     def _read_output(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any], stats: Any) -> None:
         ids, sampled = runner_output.req_ids, runner_output.sampled_token_ids
         spec = scheduler_output.scheduled_spec_decode_tokens
         if self._adaptive:  # each request's outcomes too
-            self._count_outcomes(scheduler_output, ids, spec, stats)
+            self._count_outcomes(ids, spec, stats)
         elif spec and stats is not None:
             self._tally(scheduler_output, runner_output, stats)
         markers = self._markers
@@ -187,19 +188,17 @@ class DraftDepthScheduling:
             phase, chosen, _, _ = self.policy.unpack_tally(largest)
             stats.ds4x.observe(phase, chosen, depth, drafts, accepted)
 
-    def _count_outcomes(self, scheduler_output: Any, ids: list[str], spec: dict[str, list[int]], stats: Any) -> None:
+    def _count_outcomes(self, ids: list[str], spec: dict[str, list[int]], stats: Any) -> None:
         """adaptive: _tally_each, without looking up each request's drafts when
-        vLLM's totals show that every request of the step verified one depth."""
-        if spec and stats is not None and stats.num_drafts == len(ids) and not scheduler_output.num_invalid_spec_tokens:
-            depth = max(map(len, spec.values()))
-            if stats.num_draft_tokens == depth * len(ids):
-                counts, base = [0] * self._codes, depth * (self.policy.k_max + 1) - 1  # code = base + sampled
-                for state, length in zip(map(self._states.get, ids), self._lengths):
-                    if length and state is not None:
-                        code = base + length
-                        counts[state.slot + code] += 1
-                        state.outcomes[code] += 1
-                return self._observe(stats, counts)
+        every request of the step has drafts, all of one length."""
+        if spec and len(spec) == len(ids) and (depth := max(map(len, spec.values()))) == min(map(len, spec.values())):
+            counts, base = [0] * self._codes, depth * (self.policy.k_max + 1) - 1  # code = base + sampled
+            for state, length in zip(map(self._states.get, ids), self._lengths):
+                if length and state is not None:  # None: aborted while it ran
+                    code = base + length
+                    counts[state.slot + code] += 1
+                    state.outcomes[code] += 1
+            return self._observe(stats, counts)
         self._tally_each(ids, spec, stats)
 
     def _tally_each(self, ids: list[str], spec: dict[str, list[int]], stats: Any) -> None:
