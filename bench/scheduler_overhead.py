@@ -90,5 +90,6 @@ def main() -> None:
                       f"{statistics.median(map(statistics.median, runs[policy])) * 1e3:.3f} ms  "
                       f"({median:+.1%}, {median * base / requests * 1e6:+.2f} us per request; mean {mean:+.1%})")
 
+
 if __name__ == "__main__":
     main()

@@ -398,6 +398,7 @@ class DepthPolicy:
         # adaptive: requests by the step at whose end they decide; nothing is done per request per step
         self.wakes: dict[int, list[RequestState]] = {}
         self._adaptive, self._k1 = config.policy == "adaptive", k_max + 1
+        self._hold = max(config.hold_steps, 1)
 
     def phase_depth(self, phase: str) -> int:
         if self.config.policy == "phase":
@@ -415,9 +416,8 @@ class DepthPolicy:
             if self._adaptive else {},
             outcomes=[0] * self._k1**2 if self._adaptive else [],
         )
-        hold = max(self.config.hold_steps, 1)
         # no exploring while it prefills; arrivals spread their decisions over a hold
-        self._settle(state, force=True, explore=False, first=hold - len(self.requests) % hold)
+        self._settle(state, force=True, explore=False, first=self._hold - len(self.requests) % self._hold)
         self.requests[request_id] = state
         return state
 
@@ -432,7 +432,7 @@ class DepthPolicy:
         engine-wide seed for the next ones."""
         self._leave_group(state)
         state.slot = -1
-        if self.config.policy != "adaptive":
+        if not self._adaptive:
             return
         self._apply(state)
         full = 1 / self.config.smoothing  # observations that make an estimate count in full
@@ -487,7 +487,7 @@ class DepthPolicy:
         tried = state.probing or state.exploring  # a depth it did not choose, for one step
         if not ran:  # waiting or preempted: nothing learned
             if not tried:
-                return self._wake_in(state, state.hold or max(self.config.hold_steps, 1))
+                return self._wake_in(state, state.hold or self._hold)
             if state.exploring:
                 self._explore_more()  # the step it did not take is given back
             state.exploring = state.probing = False
@@ -517,8 +517,7 @@ class DepthPolicy:
         if state.depth == 0:
             costs = self.costs.relative()
             return self._wake_in(state, first or math.ceil(self.config.probe_interval * costs[1] / costs[0]))
-        hold = max(self.config.hold_steps, 1)
-        state.hold = min(2 * state.hold, 4 * hold) if state.depth == previous and not force else hold
+        state.hold = min(2 * state.hold, 4 * self._hold) if state.depth == previous and not force else self._hold
         self._wake_in(state, first or state.hold)
 
     def _wake_in(self, state: RequestState, steps: int) -> None:
@@ -564,7 +563,7 @@ class DepthPolicy:
     def _decide(self, state: RequestState, force: bool = False, explore: bool = True) -> int:
         if state.override is not None:
             return state.override
-        if self.config.policy != "adaptive":
+        if not self._adaptive:
             return self.phase_depth(state.phase)
         if explore and self.explore_left > 0 and (untimed := [t - 1 for t in self.costs.unmeasured() if t - 1 in self.choices]):
             self.explore_left -= 1  # one step at an untimed depth, to time it

@@ -168,11 +168,11 @@ class DraftDepthScheduling:
         if not groups:  # every request aborted while the step ran
             return
         largest = max(groups, key=lambda slot: len(groups[slot]))
-        k1, drafted, find = self.policy.k_max + 1, spec.get, index.get
+        k1, drafts_of, index_of = self.policy.k_max + 1, spec.get, index.get
         for slot, group in groups.items():
             if slot != largest:
                 for state in group:
-                    mine, i = drafted(state.request_id), find(state.request_id)
+                    mine, i = drafts_of(state.request_id), index_of(state.request_id)
                     if mine and i is not None and lengths[i]:
                         counts[slot + len(mine) * k1 + lengths[i] - 1] += 1
         drafts, tokens, accepted = stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens
