@@ -1,7 +1,11 @@
-"""Summarise case.py results and check them: each speculative case's greedy tokens equal
-the eager non-speculative run of the same model and model runner, no decode step ran eagerly
-(with n-gram on v1: none that was uniform at a captured length), and decode
-steps replayed graphs at the query lengths the policy verifies. Exit 1 on any failure.
+"""Summarise case.py results and check them, failing closed: every case asked for
+(RESDIR/asked, written by run) must have reported, and each speculative case's
+greedy tokens equal the eager non-speculative run of the same model and model runner;
+no decode step ran eagerly (with n-gram on v1: none that was uniform at a captured
+length); decode steps replayed graphs at the query lengths the policy verifies (adaptive
+at low acceptance: below K too); MoE cases captured lk_moe's cpu_decode in the graphs
+and never ran _cpu_prefill in a decode step; on model runner v2 the drafter replayed
+its graphs after depth-0 steps whenever there were any. Exit 1 on any failure.
 
 Usage: report.py RESDIR"""
 
@@ -9,57 +13,97 @@ import json
 import sys
 from pathlib import Path
 
-# query lengths whose graphs decode steps must replay (adaptive: at least K_max's; it picks from 1, 2, 3)
-EXPECTED_QUERY_LENGTHS = {"fixed": {"3"}, "phase12": {"2", "3"}, "phase02": {"1", "3"}, "adaptive": {"3"}}
-CAPTURED_QUERY_LENGTHS = {"fixed": {"3"}, "phase12": {"2", "3"}, "phase02": {"1", "3"}, "adaptive": {"1", "2", "3"}}
+# query lengths decode steps must replay, and those captured (which bound what may be replayed)
+EXPECTED_QUERY_LENGTHS = {"fixed": {"3"}, "phase12": {"2", "3"}, "phase02": {"1", "3"}, "adaptive": {"3"},
+                          "adaptivelow": set()}
+CAPTURED_QUERY_LENGTHS = {"fixed": {"3"}, "phase12": {"2", "3"}, "phase02": {"1", "3"}, "adaptive": {"1", "2", "3"},
+                          "adaptivelow": {"1", "2", "3"}}
+MOE_LAYERS = 2  # tiny_models.py's MoE target
 
 
-def check(case: str, result: dict, reference: dict | None) -> list[str]:
+def check_graphs(case: str, result: dict) -> list[str]:
+    mode, ngram = case.split("-")[1], case.endswith("-v1")
+    problems = []
+    # n-gram may propose fewer drafts than the batch depth for some request (no match in the
+    # text yet): such a batch is uneven or at a length without graphs, and runs eagerly, as in
+    # vLLM; a uniform batch at a captured length must never run eagerly
+    missed = {q: n for q, n in result["decode_steps"]["eager"].items()
+              if not ngram or q in CAPTURED_QUERY_LENGTHS[mode]}
+    if sum(missed.values()):
+        problems.append(f"eager decode steps {missed}")
+    replayed = {q for q, n in result["decode_steps"]["graph"].items() if n}
+    if not EXPECTED_QUERY_LENGTHS[mode] <= replayed <= CAPTURED_QUERY_LENGTHS[mode]:
+        problems.append(f"decode graphs replayed at query lengths {sorted(replayed)}: expected "
+                        f"{sorted(EXPECTED_QUERY_LENGTHS[mode])}, within {sorted(CAPTURED_QUERY_LENGTHS[mode])}")
+    if mode == "adaptivelow" and not replayed & {"1", "2"}:
+        problems.append(f"adaptive verified only K at low acceptance (replayed {sorted(replayed)})")
+    if not ngram and result["decode_steps"]["graph"].get("1") and not result["drafter_after"].get("1"):
+        problems.append("the drafter replayed no graph after a depth-0 step")
+    return problems
+
+
+def check_moe(result: dict, graphs: int) -> list[str]:
+    calls = result["lk_moe"]
+    problems = []
+    if calls.get("_cpu_prefill (decode)"):
+        problems.append(f"_cpu_prefill ran in {calls['_cpu_prefill (decode)']} decode calls")
+    if graphs and calls.get("_cpu_decode (capturing)", 0) < graphs * MOE_LAYERS:
+        problems.append(f"cpu_decode captured {calls.get('_cpu_decode (capturing)', 0)} times for {graphs} "
+                        f"decode graphs of {MOE_LAYERS} MoE layers")
+    return problems
+
+
+def check(case: str, result: dict | None, reference: dict | None) -> list[str]:
+    if result is None:
+        return ["no result: crashed, killed by its time limit, or skipped for the budget"]
     if not result.get("ok"):
         return [f"failed: {result.get('error', '?')[:300]}"]
+    kind, mode = case.split("-")[:2]
     problems = []
+    target_graphs = sum(len(keys) for name, keys in result.get("graphs", {}).items()
+                        if name in ("ModelCudaGraphManager", "CudagraphDispatcher"))
+    if kind == "moe":
+        problems += check_moe(result, target_graphs if mode != "eager" else 0)
+    if mode == "eager":
+        return problems
     if reference is None or not reference.get("ok"):
         problems.append("no eager reference to compare with")
     elif result["tokens"] != reference["tokens"]:
         same = sum(a == b for a, b in zip(result["tokens"], reference["tokens"]))
         problems.append(f"greedy tokens differ from the eager run: {same}/{len(reference['tokens'])} equal")
-    mode, ngram = case.split("-")[1], case.endswith("-v1")
-    eager = result["decode_steps"]["eager"]
-    # n-gram may propose fewer drafts than the batch depth for some request (no match in the
-    # text yet): such a batch is uneven or at a length without graphs, and runs eagerly, as in
-    # vLLM; a uniform batch at a captured length must never run eagerly
-    missed = {q: n for q, n in eager.items() if not ngram or q in CAPTURED_QUERY_LENGTHS[mode]}
-    if sum(missed.values()):
-        problems.append(f"eager decode steps {missed}")
-    replayed = set(result["decode_steps"]["graph"])
-    if not EXPECTED_QUERY_LENGTHS[mode] <= replayed <= CAPTURED_QUERY_LENGTHS[mode]:
-        problems.append(f"decode graphs replayed at query lengths {sorted(replayed)}: expected "
-                        f"{sorted(EXPECTED_QUERY_LENGTHS[mode])}, within {sorted(CAPTURED_QUERY_LENGTHS[mode])}")
-    return problems
+    return problems + check_graphs(case, result)
 
 
 def main(resdir: Path) -> int:
     results = {p.stem: json.loads(p.read_text()) for p in sorted(resdir.glob("*.json"))}
+    asked_file = resdir / "asked"
+    asked = asked_file.read_text().split() if asked_file.exists() else []
+    if not asked:
+        print(f"no list of cases asked for in {asked_file}: nothing to check")
+        return 1
     failed = 0
-    for case, result in results.items():
+    for case in asked + sorted(set(results) - set(asked)):
+        result = results.get(case)
         kind, mode, *runner = case.split("-")
-        print(f"== {case}: ok={result.get('ok')} wall {result.get('wall_s')} s, init {result.get('init_s')} s")
-        if mode == "eager" or not result.get("ok"):
-            print("   ", result.get("error", "reference run"))
-            continue
-        print("   graphs:", json.dumps(result["graphs"]))
-        print("   replays by manager and query length:", json.dumps(result["replays"]))
-        print("   decode steps by query length:", json.dumps(result["decode_steps"]))
-        if result["lk_moe"]:
+        print(f"== {case}: " + (f"ok={result.get('ok')} wall {result.get('wall_s')} s, init {result.get('init_s')} s"
+                                if result else "no result"))
+        if result and result.get("ok") and mode != "eager":
+            print("   graphs:", json.dumps(result["graphs"]))
+            print("   replays by manager and query length:", json.dumps(result["replays"]))
+            print("   decode steps by query length:", json.dumps(result["decode_steps"]))
+            print("   drafter replays after target steps of query length:", json.dumps(result["drafter_after"]))
+            depth = {k: v for k, v in result["spec_metrics"].items() if "depth" in k or k.endswith("accepted_tokens")
+                     or k.endswith("num_draft_tokens")}
+            print("   spec metrics:", json.dumps(depth))
+        if result and result.get("lk_moe"):
             print("   lk_moe calls:", json.dumps(result["lk_moe"]))
-        depth = {k: v for k, v in result["spec_metrics"].items() if "depth" in k or k.endswith("accepted_tokens")
-                 or k.endswith("num_draft_tokens")}
-        print("   spec metrics:", json.dumps(depth))
         problems = check(case, result, results.get("-".join([kind, "eager", *runner])))
         failed += bool(problems)
-        print("   " + ("; ".join(problems) if problems else
-                       "PASS: tokens equal eager, 0 eager decode steps at a captured uniform length"))
-    return 1 if failed or not results else 0
+        print("   " + ("FAIL: " + "; ".join(problems) if problems else
+                       "PASS" + ("" if mode == "eager" else
+                                 ": tokens equal eager, 0 eager decode steps at a captured uniform length")))
+    print(f"{len(asked) - failed}/{len(asked)} cases pass" if not failed else f"{failed} case(s) FAIL")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -264,11 +265,14 @@ def curve_table(run: dict[str, Any], spec: dict[str, Any], moe_layers: int) -> l
     return lines
 
 
-def step_seconds(run: dict[str, Any], k: int, moe_layers: int, gpu_ms: float) -> list[float]:
-    """One request's step verifying 1..K+1 tokens: the measured CPU MoE part
-    for every MoE layer, plus the GPU side."""
+def step_seconds(run: dict[str, Any], k: int, moe_layers: int, rest_ms: list[float], requests: int = 1) -> list[float]:
+    """A step of `requests` requests verifying 1..K+1 tokens each: the measured
+    CPU MoE part for every MoE layer (one call for all the step's tokens), plus
+    the rest of the step (GPU side, drafter, scheduler), one figure for every
+    depth or one per depth."""
     by_tokens = {case["tokens"]: case["ms"] for case in run["cases"]}
-    return [(by_tokens[n] * moe_layers + gpu_ms) / 1000 for n in range(1, k + 2)]
+    rest = rest_ms if len(rest_ms) == k + 1 else rest_ms[:1] * (k + 1)
+    return [(by_tokens[requests * (d + 1)] * moe_layers + rest[d]) / 1000 for d in range(k + 1)]
 
 
 def plot(path: Path, runs: list[dict[str, Any]], moe_layers: int) -> None:
@@ -302,8 +306,10 @@ def add_arguments(p: argparse.ArgumentParser, shared: bool = True) -> None:
     p.add_argument("--budget", type=float, default=90.0, help="seconds of timing in all (default 90)")
     p.add_argument("--acceptance", type=float, nargs=2, metavar=("REASONING", "ANSWER"), default=(0.39, 0.89),
                    help="draft acceptance per phase at depth K (default 0.39 0.89, DSpark K=2 as reported)")
-    p.add_argument("--gpu-ms", type=float, default=DEFAULT_GPU_MS,
-                   help=f"GPU side of a decode step in ms (default {DEFAULT_GPU_MS}: RTX 5090, DeepSeek-V4-Flash)")
+    p.add_argument("--gpu-ms", type=float, nargs="+", default=[DEFAULT_GPU_MS], metavar="MS",
+                   help=f"the rest of a decode step besides the CPU experts (GPU side, drafter, scheduler) in ms: "
+                        f"one figure, or one per verified depth 0..K as the end-to-end benchmark measures it "
+                        f"(default {DEFAULT_GPU_MS}: RTX 5090, DeepSeek-V4-Flash)")
     p.add_argument("--profile-out", type=Path, default=Path("ds4x-step-cost.json"),
                    help="where to write the step-cost profile (default ds4x-step-cost.json)")
     p.add_argument("--python", default=sys.executable, help="the Python with lk_moe (default: this one)")
@@ -323,8 +329,11 @@ def cli(argv: list[str]) -> int:
 
 def check(args: argparse.Namespace) -> None:
     where = "measure"
-    if args.num_speculative_tokens < 1 or args.max_num_seqs < 1 or args.budget <= 0 or args.gpu_ms < 0:
-        raise MeasureError(f"{where}: -k and --max-num-seqs must be >= 1, --budget > 0, --gpu-ms >= 0")
+    if args.num_speculative_tokens < 1 or args.max_num_seqs < 1 or not 0 < args.budget < math.inf:
+        raise MeasureError(f"{where}: -k and --max-num-seqs must be >= 1, --budget a finite number > 0")
+    if len(args.gpu_ms) not in (1, args.num_speculative_tokens + 1) or not all(0 <= ms < math.inf for ms in args.gpu_ms):
+        raise MeasureError(f"{where}: --gpu-ms {' '.join(map(str, args.gpu_ms))}: one finite figure >= 0, or one per "
+                           f"depth 0..{args.num_speculative_tokens}")
     if any(t < 1 for t in args.threads or ()):
         raise MeasureError(f"{where}: --threads {args.threads}: every value must be >= 1")
     if not all(0 < a < 1 for a in args.acceptance):
@@ -378,16 +387,21 @@ def main(args: argparse.Namespace) -> int:
     print(f"\ncurve at LK_THREADS={best['threads']} ({best['path']}):")
     print("\n".join(curve_table(best, spec, moe_layers)))
     acceptance = {"reasoning": args.acceptance[0], "answer": args.acceptance[1]}
+    predicted = {}
+    for requests in sorted({1, args.max_num_seqs}):
+        costs = step_seconds(best, k, moe_layers, args.gpu_ms, requests)
+        predicted[requests] = depth_sim.compare(costs, acceptance, {"reasoning": 3000, "answer": 800}, seeds=10,
+                                                requests=requests)
+        print(f"\npredicted, {requests} running request(s), the rest of a step {' / '.join(map(str, args.gpu_ms))} "
+              f"ms, acceptance {acceptance['reasoning']:.0%} reasoning / {acceptance['answer']:.0%} answer:")
+        print("\n".join(depth_sim.table(predicted[requests])))
     seconds = step_seconds(best, k, moe_layers, args.gpu_ms)
-    results = depth_sim.compare(seconds, acceptance, {"reasoning": 3000, "answer": 800}, seeds=10)
-    print(f"\npredicted, one request, GPU side {args.gpu_ms} ms a step, acceptance "
-          f"{acceptance['reasoning']:.0%} reasoning / {acceptance['answer']:.0%} answer:")
-    print("\n".join(depth_sim.table(results)))
     draft_depth = {"policy": "adaptive", "step_cost": [round(s / seconds[0], 4) for s in seconds]}
     profile = {"draft_depth": draft_depth,
                "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
                             "step_seconds": seconds, "gpu_ms": args.gpu_ms, "acceptance": acceptance,
-                            "runs": runs, "predicted_tok_s": results}}
+                            "runs": runs, "predicted_tok_s": predicted[1],
+                            "predicted_tok_s_by_requests": {str(n): r for n, r in predicted.items()}}}
     args.profile_out.write_text(json.dumps(profile, indent=2) + "\n")
     print(f"\nprofile: {args.profile_out}; start adaptive from it with\n  --speculative-config "
           f"'{json.dumps({'method': 'dspark', 'num_speculative_tokens': k, 'draft_depth': draft_depth})}'\n"

@@ -1,13 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Trace-driven simulation of one request's decode under each draft-depth policy.
+"""Trace-driven simulation of decode under each draft-depth policy, for the
+requests of a batch as the scheduler runs them.
 
-The request decodes a reasoning section, then its answer. Each step verifies
-1 + d tokens; each draft is accepted with its phase's conditional acceptance (a
-rejected draft ends the step's accepted prefix), and the step costs what the
-given profile says for 1 + d tokens. The policies are the real DepthPolicy;
-adaptive learns the step costs from the simulated timings as the engine does
-live. Used by bench/depth_sim.py and by ``measure`` on a measured curve.
+Each request decodes a reasoning section, then its answer; the batch's requests
+share a phase. Each step verifies the deepest depth any request chose (rounded up
+to a graph depth, as uniform_depth does), 1 + d tokens each; each draft is
+accepted with its phase's conditional acceptance (a rejected draft ends that
+request's accepted prefix), and the step costs what the given profile says for
+that depth at this batch size. The policies are the real DepthPolicy; adaptive
+learns the step costs from the simulated timings as the engine does live. Used by
+bench/depth_sim.py, by ``measure`` on a measured curve, and by the end-to-end
+benchmark (bench/e2e_decode.py) to be held to what the engine does.
 """
 
 from __future__ import annotations
@@ -45,39 +49,48 @@ def policies(k: int) -> dict[str, dict[str, Any] | None]:
 
 
 def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], acceptance: dict[str, float],
-             tokens: dict[str, int], rng: random.Random) -> dict[str, float]:
-    """Tokens per second in each phase for one request; costs[d]: seconds of a
-    step verifying 1 + d tokens (d = 0..K)."""
+             tokens: dict[str, int], rng: random.Random, requests: int = 1,
+             phases: Sequence[str] = PHASES) -> dict[str, float]:
+    """Tokens per second in each of `phases` (in order; the requests start in the
+    first) for a batch of `requests`, all together; costs[d]: seconds of a step of
+    that batch verifying 1 + d tokens a request (d = 0..K). A phase ends when its
+    requests made tokens[phase] each."""
     k = len(costs) - 1
     policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict(policy_config, k), k,
                             dd.PhaseTracker([[THINK]], [[END_THINK]]))
-    policy.add("req", [TEXT, THINK], None)
-    done = {phase: [0, 0.0] for phase in PHASES}
-    for phase in PHASES:
+    names = [f"req{i}" for i in range(requests)]
+    for name in names:
+        policy.add(name, [TEXT, THINK] if phases[0] == "reasoning" else [TEXT, THINK, END_THINK], None)
+    done = {phase: [0, 0.0] for phase in phases}
+    for phase in phases:
         p = conditional(acceptance[phase], k)
-        while done[phase][0] < tokens[phase]:
-            depth = policy.depth("req")
-            accepted = 0
-            while accepted < depth and rng.random() < p:
-                accepted += 1
+        while done[phase][0] < tokens[phase] * requests:
+            depth = policy.batch_depth[max(policy.depth(name) for name in names)]
             policy.costs.observe(depth + 1, costs[depth])
-            policy.on_verified("req", depth, accepted)
-            done[phase][0] += 1 + accepted
+            for name in names:
+                accepted = 0
+                while accepted < depth and rng.random() < p:
+                    accepted += 1
+                policy.on_verified(name, depth, accepted)
+                done[phase][0] += 1 + accepted
+                policy.on_tokens(name, [TEXT] * (1 + accepted))
             done[phase][1] += costs[depth]
-            policy.on_tokens("req", [TEXT] * (1 + accepted))
             policy.step()
         if phase == "reasoning":
-            policy.on_tokens("req", [END_THINK])
+            for name in names:
+                policy.on_tokens(name, [END_THINK])
     return {phase: n / s for phase, (n, s) in done.items()}
 
 
 def compare(costs: Sequence[float], acceptance: dict[str, float], tokens: dict[str, int],
-            seeds: int) -> dict[str, dict[str, float]]:
-    """Mean tok/s per phase of every policy, over `seeds` runs."""
+            seeds: int, requests: int = 1, phases: Sequence[str] = PHASES) -> dict[str, dict[str, float]]:
+    """Mean tok/s per phase of every policy, over `seeds` runs (costs: for a
+    batch of `requests`; see simulate)."""
     results = {}
     for name, config in policies(len(costs) - 1).items():
-        runs = [simulate(config, costs, acceptance, tokens, random.Random(seed)) for seed in range(seeds)]
-        results[name] = {phase: sum(r[phase] for r in runs) / seeds for phase in PHASES}
+        runs = [simulate(config, costs, acceptance, tokens, random.Random(seed), requests, phases)
+                for seed in range(seeds)]
+        results[name] = {phase: sum(r[phase] for r in runs) / seeds for phase in phases}
     return results
 
 

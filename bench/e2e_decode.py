@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""Measured, not modelled: the end-to-end decode benchmark's report, and the
+simulator held to it (the GPU run: bash ci/fork-gpu/e2e, which calls this).
+
+Reads RESDIR/measure.json (``measure``'s profile of the stand-in's own lk_moe layer,
+same run), RESDIR/e2e-nospec.json and RESDIR/e2e-spec.json (ci/fork-gpu/e2e.py) and
+prints, per phase and running requests:
+- steady decode tok/s of every policy, median and range over the rounds, and its
+  ratio to fixed 2 (the user's configuration) in the same round;
+- step time by verified depth (the fixed-depth cells), split into the CPU experts
+  (the layer's measured cpu_decode time at the step's token count, times the layers)
+  and the rest (GPU layers, drafter, scheduler, handoffs);
+- depth_sim's prediction from that curve and the measured rest per depth, against
+  the measurement, and the targets of the benchmark.
+Fails closed (exit 1): a missing or failed engine or cell, greedy tokens that differ
+between any two cells of a phase (or from no speculation), an eager decode step,
+_cpu_prefill in decode, or acceptance off the set figure. Targets missed are
+reported, not failed: they are the measurement.
+
+    python bench/e2e_decode.py RESDIR [--seeds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from ds4x.overlay import load_module
+
+sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
+
+K = 2
+BASELINE = f"fixed {K}"
+NO_SPEC = "no speculation"
+ACCEPTANCE_SLACK = 0.07  # measured acceptance at depth K may differ this much from the set figure
+PREDICTION_SLACK = 0.10
+PHASES = ("reasoning", "answer")
+# policies that verify the same depths in a phase: their difference is the run's noise
+SAME_BEHAVIOUR = [("reasoning", "fixed 0", "phase 0/2"), ("reasoning", "fixed 1", "phase 1/2"),
+                  ("answer", BASELINE, "phase 1/2"), ("answer", BASELINE, "phase 0/2")]
+
+
+class Results:
+    """The three files, checked; every problem found is in .problems."""
+
+    def __init__(self, resdir: Path) -> None:
+        self.problems: list[str] = []
+        self.profile = self._read(resdir / "measure.json")
+        self.nospec = self._engine(resdir / "e2e-nospec.json")
+        self.spec = self._engine(resdir / "e2e-spec.json")
+        self.policies = [NO_SPEC, *sim.policies(K)]
+
+    def _read(self, path: Path) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+            return data
+        except (OSError, ValueError) as e:
+            self.problems.append(f"{path.name}: {e}")
+            return {}
+
+    def _engine(self, path: Path) -> dict[str, Any]:
+        run = self._read(path)
+        if run and not run.get("ok"):
+            self.problems.append(f"{path.name}: the engine did not finish: {str(run.get('error'))[:300]}")
+        return run
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.profile and self.nospec and self.spec)
+
+    def cells(self) -> dict[tuple[str, int, str], list[dict[str, Any]]]:
+        """(phase, requests, policy) -> the cells of every round."""
+        out: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
+        for run in (self.nospec, self.spec):
+            for cell in run.get("cells", []):
+                out[cell["phase"], cell["requests"], cell["policy"]].append(cell)
+        return out
+
+    def layer_ms(self, tokens: int) -> float:
+        """The stand-in layer's cpu_decode ms for this many tokens, at the LK_THREADS the engines ran."""
+        measured = self.profile["measured"]
+        run = next(r for r in measured["runs"] if r["threads"] == measured["lk_threads"])
+        return float(next(c["ms"] for c in run["cases"] if c["tokens"] == tokens))
+
+
+def check(res: Results) -> None:
+    """Completeness, losslessness and the engine's counters."""
+    if not res.ok:
+        return
+    rounds = {mode: {c["round"] for c in run.get("cells", [])} for mode, run in (("nospec", res.nospec), ("spec", res.spec))}
+    cells = res.cells()
+    phases, requests = sorted({k[0] for k in cells}), sorted({k[1] for k in cells})
+    if not phases or not requests:
+        res.problems.append("no cells measured")
+    for phase in phases:
+        for n in requests:
+            for policy in res.policies:
+                have = len(cells.get((phase, n, policy), []))
+                want = len(rounds["nospec" if policy == NO_SPEC else "spec"])
+                if have != want or any(c.get("tok_s") is None for c in cells.get((phase, n, policy), [])):
+                    res.problems.append(f"{phase} x{n} {policy}: {have} of {want} rounds measured")
+            tokens = {json.dumps(c["tokens"]) for p in res.policies for c in cells.get((phase, n, p), [])}
+            if len(tokens) > 1:
+                res.problems.append(f"{phase} x{n}: greedy tokens differ between cells ({len(tokens)} variants)")
+    steps = res.spec.get("decode_steps", {})
+    if sum(steps.get("eager", {}).values()):
+        res.problems.append(f"eager decode steps: {steps['eager']}")
+    if missing := {"1", "2", "3"} - set(steps.get("graph", {})):
+        res.problems.append(f"no graph replayed at query length(s) {sorted(missing)}")
+    if not res.spec.get("drafter_after", {}).get("1"):
+        res.problems.append("the drafter replayed no graph after depth-0 steps")
+    for run in (res.nospec, res.spec):
+        if run.get("lk_moe", {}).get("_cpu_prefill (decode)"):
+            res.problems.append(f"{run.get('mode')}: _cpu_prefill ran in decode steps")
+    for phase in phases:
+        got = acceptance(cells, phase)
+        want = res.spec.get("acceptance_set", {}).get(phase)
+        if got is None or want is None or abs(got - want) > ACCEPTANCE_SLACK:
+            res.problems.append(f"{phase}: acceptance at depth {K} measured {got}, set {want}")
+
+
+def acceptance(cells: dict[tuple[str, int, str], list[dict[str, Any]]], phase: str) -> float | None:
+    """vLLM's accepted / drafted over the phase's fixed-K cells."""
+    runs = [c for (p, _, policy), cs in cells.items() if p == phase and policy == BASELINE for c in cs]
+    drafted = sum(c["draft_tokens"] for c in runs)
+    return sum(c["accepted_tokens"] for c in runs) / drafted if drafted else None
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):7.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def rate_table(res: Results, phase: str, n: int) -> tuple[list[str], dict[str, float]]:
+    """Lines, and the median tok/s of each policy."""
+    cells = res.cells()
+    base = {c["round"]: c["tok_s"] for c in cells[phase, n, BASELINE]}
+    lines = [f"{'policy':<15} {'tok/s median [range]':>24} {'vs fixed 2 (same round)':>24}"]
+    medians = {}
+    for policy in res.policies:
+        runs = cells[phase, n, policy]
+        rates = [c["tok_s"] for c in runs]
+        ratios = [c["tok_s"] / base[c["round"]] for c in runs if c["round"] in base]
+        medians[policy] = statistics.median(rates)
+        lines.append(f"{policy:<15} {spread(rates):>24} {statistics.median(ratios) if ratios else float('nan'):>24.3f}")
+    return lines, medians
+
+
+def step_ms(res: Results, n: int, policy: str, depth: int, phases: tuple[str, ...] = PHASES) -> float:
+    """Median over the rounds (and phases) of the cells' median step at this verified depth."""
+    cells = res.cells()
+    return float(statistics.median(c["steps"][str(depth)]["median_ms"] for phase in phases
+                                   for c in cells[phase, n, policy] if str(depth) in c["steps"]))
+
+
+def step_split(res: Results, n: int) -> tuple[list[str], list[float]]:
+    """Lines, and the measured step seconds by verified depth 0..K (fixed-depth cells, both phases)."""
+    layers = int(res.spec["layers"])
+    lines = [f"{'verified depth':<15} {'step ms':>8} {'reasoning':>10} {'answer':>7} {'CPU experts':>12} {'rest':>6}"
+             f"   (x{n} requests, {layers} layers)"]
+    seconds = []
+    for label, policy, depth in [(NO_SPEC, NO_SPEC, 0)] + [(str(d), f"fixed {d}", d) for d in range(K + 1)]:
+        ms = step_ms(res, n, policy, depth)
+        by_phase = [step_ms(res, n, policy, depth, (phase,)) for phase in PHASES]
+        cpu = layers * res.layer_ms(n * (depth + 1))
+        lines.append(f"{label:<15} {ms:8.1f} {by_phase[0]:10.1f} {by_phase[1]:7.1f} {cpu:12.1f} {ms - cpu:6.1f}")
+        if policy != NO_SPEC:
+            seconds.append(ms / 1000)
+    return lines, seconds
+
+
+def noise_floor(measured: dict[str, dict[str, float]]) -> float:
+    """The largest difference between two policies that verify the same depths in
+    a phase (fixed 0 and phase 0/2 while reasoning, ...): what this run cannot tell apart."""
+    return max(abs(measured[phase][a] / measured[phase][b] - 1) for phase, a, b in SAME_BEHAVIOUR)
+
+
+def predictions(res: Results, n: int, seconds: list[float], measured: dict[str, dict[str, float]],
+                seeds: int) -> tuple[list[str], list[str]]:
+    """depth_sim against the measurement for each phase, fed the measured step of
+    each depth (= the CPU curve plus the measured rest), both phases pooled as plan
+    would take them, and also that phase's own steps; lines and misses (pooled)."""
+    cells = res.cells()
+    tokens = int(res.spec["tokens_per_request"])
+    noise = noise_floor(measured)
+    lines = [f"{'policy':<12} {'phase':<10} {'measured':>9} {'predicted':>10} {'error':>7}   "
+             f"{'on the phase':>12} {'error':>7}"]
+    misses = []
+    for phase in PHASES:
+        rate = acceptance(cells, phase) or 0.0
+        own = [step_ms(res, n, f"fixed {d}", d, (phase,)) / 1000 for d in range(K + 1)]
+        pooled, by_phase = (sim.compare(costs, {phase: rate}, {phase: tokens}, seeds, requests=n, phases=(phase,))
+                            for costs in (seconds, own))
+        for policy in pooled:
+            got, want, alone = measured[phase][policy], pooled[policy][phase], by_phase[policy][phase]
+            lines.append(f"{policy:<12} {phase:<10} {got:9.2f} {want:10.2f} {want / got - 1:+7.1%}   "
+                         f"{alone:12.2f} {alone / got - 1:+7.1%}")
+            if abs(want / got - 1) > PREDICTION_SLACK:
+                misses.append(f"x{n} {phase} {policy}: predicted {want:.2f}, measured {got:.2f} ({want / got - 1:+.1%})")
+        best_measured = max(pooled, key=lambda p: measured[phase][p])
+        best_predicted = max(pooled, key=lambda p: pooled[p][phase])
+        shortfall = 1 - measured[phase][best_predicted] / measured[phase][best_measured]
+        if shortfall > noise:
+            misses.append(f"x{n} {phase}: best policy measured {best_measured}, predicted {best_predicted}, "
+                          f"which measured {shortfall:.1%} less (noise floor {noise:.1%})")
+    lines.append(f"noise floor of this run (policies that verify the same depths): {noise:.1%}")
+    return lines, misses
+
+
+def targets(n: int, measured: dict[str, dict[str, float]]) -> list[str]:
+    r, a = measured["reasoning"], measured["answer"]
+    best_fixed = {phase: max(v for p, v in measured[phase].items() if p.startswith("fixed")) for phase in measured}
+    checks = [
+        (f"x{n} reasoning: best of phase 0/2 and adaptive >= 1.3x fixed 2",
+         max(r["phase 0/2"], r["adaptive"]) / r[BASELINE], 1.3),
+        (f"x{n} answer: phase 0/2 within 3% of fixed 2", a["phase 0/2"] / a[BASELINE], 0.97),
+        (f"x{n} answer: adaptive within 3% of fixed 2", a["adaptive"] / a[BASELINE], 0.97),
+        (f"x{n} reasoning: adaptive within 3% of the best fixed depth", r["adaptive"] / best_fixed["reasoning"], 0.97),
+        (f"x{n} answer: adaptive within 3% of the best fixed depth", a["adaptive"] / best_fixed["answer"], 0.97),
+    ]
+    return [f"{'MET   ' if ratio >= floor else 'MISSED'} {name}: {ratio:.3f}" for name, ratio, floor in checks]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("resdir", type=Path)
+    parser.add_argument("--seeds", type=int, default=20)
+    args = parser.parse_args(argv)
+    res = Results(args.resdir)
+    check(res)
+    if res.ok and not res.problems:
+        spec = res.spec
+        print(f"stand-in: {spec['layers']} MoE layers, lk_moe bf16 experts at LK_THREADS={spec['lk_threads']}, "
+              f"{spec['tokens_per_request']} tokens a request, {1 + max(c['round'] for c in spec['cells'])} rounds, "
+              f"async scheduling {spec['async_scheduling']}; engine start {res.nospec['init_s']} / {spec['init_s']} s")
+        cells = res.cells()
+        print("acceptance at depth 2 (vLLM's metrics): " + ", ".join(
+            f"{phase} {acceptance(cells, phase):.3f} (set {spec['acceptance_set'][phase]})"
+            for phase in PHASES))
+        misses: list[str] = []
+        for n in sorted({k[1] for k in cells}):
+            measured = {}
+            for phase in PHASES:
+                lines, measured[phase] = rate_table(res, phase, n)
+                print(f"\n{phase}, {n} running request(s): steady decode tok/s\n" + "\n".join(lines))
+            lines, seconds = step_split(res, n)
+            print(f"\nstep time by verified depth, {n} running request(s)\n" + "\n".join(lines))
+            lines, missed = predictions(res, n, seconds, measured, args.seeds)
+            print(f"\ndepth_sim against the engine, x{n}: fed the measured step at each depth (the CPU curve plus "
+                  f"the rest), both phases pooled, and each phase's own steps; acceptance as measured\n"
+                  + "\n".join(lines))
+            misses += missed
+            print("\n" + "\n".join(targets(n, measured)))
+        print("\nsimulator within 10% and the same best policy (within the noise floor): "
+              + ("yes" if not misses else "no"))
+        for miss in misses:
+            print(f"  {miss}")
+    for problem in res.problems:
+        print(f"FAIL: {problem}")
+    return 1 if res.problems or not res.ok else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Set draft acceptance: each draft a v2 speculator proposes (EAGLE, DFlash, DSpark)
+is kept with the probability its token's group is given, else replaced by a token
+the target never emits, so it is rejected. Applied eagerly after propose(), outside
+the drafter's own graph, and never while a graph is captured; lossless like any
+draft, since the target verifies it."""
+
+import torch
+
+WRONG = 5  # in no cycle of e2e_model.py, and never the tiny loop models' output
+
+
+class DraftFilter:
+    def __init__(self, vocab: int) -> None:
+        self.vocab = vocab
+        self.active = False
+        self._keep: dict[tuple[int, ...], float] = {}
+        self._default = 1.0
+        self._table: torch.Tensor | None = None
+        self._gen: torch.Generator | None = None
+
+    def set(self, default: float = 1.0, groups: dict[tuple[int, ...], float] | None = None) -> None:
+        """Keep probability of a draft: its token's group's, else `default`."""
+        self._default, self._keep, self._table = default, dict(groups or {}), None
+
+    def __call__(self, drafts: torch.Tensor) -> torch.Tensor:
+        if not self.active or torch.cuda.is_current_stream_capturing():
+            return drafts
+        if self._table is None:
+            table = torch.full((self.vocab,), self._default)
+            for tokens, keep in self._keep.items():
+                table[list(tokens)] = keep
+            self._table = table.to(drafts.device)
+            self._gen = self._gen or torch.Generator(drafts.device).manual_seed(0)
+        kept = torch.rand(drafts.shape, device=drafts.device, generator=self._gen) < self._table[drafts.long()]
+        return torch.where(kept, drafts, torch.full_like(drafts, WRONG))
+
+    def install(self) -> None:
+        """Wrap every speculator model runner v2 makes."""
+        from vllm.v1.worker.gpu import model_runner as MR
+
+        make = MR.init_speculator
+
+        def init_speculator(*a, **k):
+            speculator = make(*a, **k)
+            propose = speculator.propose
+            speculator.propose = lambda *pa, **pk: self(propose(*pa, **pk))
+            return speculator
+
+        MR.init_speculator = init_speculator

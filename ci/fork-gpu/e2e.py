@@ -1,0 +1,209 @@
+"""One engine of the end-to-end decode benchmark (bench: ci/fork-gpu/e2e), in-process.
+
+Usage: e2e.py {nospec,spec} OUTDIR MODELDIR   -> OUTDIR/e2e-{nospec,spec}.json
+
+The stand-in of e2e_model.py, FULL_DECODE_ONLY graphs, lk_moe experts, the deepseek_r1
+reasoning parser. spec: EAGLE K=2 on model runner v2, graphs captured for depths 0, 1
+and 2, each draft kept with its phase's probability (acceptance ACCEPTANCE at depth K).
+The draft-depth policies of vllm.ds4x.depth_sim run side by side in this one engine:
+between cells (no request in flight) the scheduler's policy object is swapped for the
+next policy's, each made once and kept (see Policies). nospec: no speculation.
+
+A cell is one phase (reasoning or answer), 1 or 2 requests started together, one
+policy; greedy, E2E_TOKENS tokens a request (default 192). Its steady decode rate is
+the tokens made from the first step after prefill to the step where the first request
+finishes, over that time; its step times come from the scheduler's own calls, by
+verified depth. E2E_ROUNDS rounds (default 2), the policy order rotated each round.
+The JSON is rewritten after every cell, so a run cut short keeps what it measured.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+from itertools import count, pairwise
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from drafts import DraftFilter
+from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, VOCAB, install_loader
+from harness import ENGINE, GRAPHS, Counters, spec_metrics
+
+MODE, OUTDIR, MODELS = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+K = 2
+ACCEPTANCE = {"reasoning": 0.4, "answer": 0.9}  # vLLM's accepted / drafted at depth K, as the user sees it
+TOKENS = int(os.environ.get("E2E_TOKENS", "192"))
+ROUNDS = int(os.environ.get("E2E_ROUNDS", "2"))
+REQUESTS = [int(n) for n in os.environ.get("E2E_REQUESTS", "1 2").split()]
+PHASES = ("reasoning", "answer")
+ENGINE_POLICY = {"policy": "adaptive", "min_depth": 0}  # captures graphs for depths 0..K
+
+
+def prompts(tokenizer) -> dict[str, list[list[int]]]:
+    """Per phase, two prompts whose requests start half a cycle apart (fresh routing for each)."""
+    def ids(text: str) -> list[int]:
+        return tokenizer(text)["input_ids"]
+
+    reasoning = [*ids("Let me think about the file layout"), THINK]
+    answer = [*ids("def add(a, b):"), THINK, *ids(" plan"), END_THINK]
+    return {"reasoning": [reasoning, [*reasoning, REASONING_CYCLE[90]]],
+            "answer": [answer, [*answer, ANSWER_CYCLE[90]]]}
+
+
+def engine_args() -> dict:
+    kw = {**ENGINE, **GRAPHS, "model": str(MODELS / "target"), "load_format": "dummy", "max_model_len": 1024,
+          "max_num_seqs": max(REQUESTS), "max_num_batched_tokens": 1024, "gpu_memory_utilization": 0.2,
+          "reasoning_parser": "deepseek_r1"}
+    if MODE == "spec":
+        kw["speculative_config"] = {"method": "eagle", "model": str(MODELS / "eagle"), "num_speculative_tokens": K,
+                                    "draft_depth": ENGINE_POLICY}
+    return kw
+
+
+class StepLog:
+    """The scheduler's schedule() calls: (time, longest query, requests, new requests?)."""
+
+    def __init__(self, scheduler) -> None:
+        self.steps: list[tuple[float, int, int, bool]] = []
+        schedule = scheduler.schedule
+
+        def logged(*a, **k):
+            start = time.perf_counter()
+            out = schedule(*a, **k)
+            lengths = out.num_scheduled_tokens.values()
+            self.steps.append((start, max(lengths, default=0), len(lengths), bool(out.scheduled_new_reqs)))
+            return out
+
+        scheduler.schedule = logged
+
+    def by_depth(self, start: float, end: float) -> dict[str, list[float]]:
+        """Seconds from each decode step to the next within [start, end], by its verified depth."""
+        inside = [s for s in self.steps if start <= s[0] <= end]
+        out: dict[str, list[float]] = {}
+        for (t, q, _, new), (t_next, *_) in pairwise(inside):
+            if not new and 1 <= q <= K + 1:
+                out.setdefault(str(q - 1), []).append(t_next - t)
+        return out
+
+
+class Policies:
+    """One scheduler-side policy object per policy, made once and put back in
+    the scheduler for each of its cells: like an engine that has run that policy
+    since its start (adaptive keeps what earlier requests taught it: engine-wide
+    acceptance seeds and live step costs)."""
+
+    def __init__(self, scheduler) -> None:
+        self.scheduler, self.made = scheduler, {}
+        self.tracker, self.lag = scheduler.ds4x_depth.policy.tracker, scheduler.ds4x_depth.policy.lag
+
+    def use(self, name: str, config: dict | None) -> None:
+        from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig
+        from vllm.ds4x.spec_scheduling import DraftDepthScheduling
+
+        if name not in self.made:
+            policy = DepthPolicy(DraftDepthConfig.from_dict(config, K), K, self.tracker, self.lag)
+            self.made[name] = DraftDepthScheduling(policy)
+        self.scheduler.ds4x_depth = self.made[name]
+
+
+def accepted(metrics: dict) -> tuple[float, float]:
+    return (metrics.get("vllm:spec_decode_num_draft_tokens", 0) or 0,
+            metrics.get("vllm:spec_decode_num_accepted_tokens", 0) or 0)
+
+
+def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count) -> dict:
+    from vllm import SamplingParams
+
+    engine = llm.llm_engine
+    params = SamplingParams(temperature=0.0, max_tokens=TOKENS, ignore_eos=True)
+    slot = {}  # the request's place in the cell, by the id it was given and the one vLLM gave it
+    for i, prompt in enumerate(prompt_ids):
+        name = f"r{next(ids)}"
+        slot[name] = slot[engine.add_request(name, {"prompt_token_ids": prompt}, params)] = i
+    latest: dict = {}
+    marks = []  # after each engine step: time, tokens so far, every request has one, one finished
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            latest[slot[out.request_id]] = out
+        made = [len(latest[i].outputs[0].token_ids) if i in latest else 0 for i in range(len(prompt_ids))]
+        marks.append((time.perf_counter(), sum(made), min(made) > 0, any(o.finished for o in latest.values())))
+    first = next(i for i, m in enumerate(marks) if m[2])
+    last = next(i for i, m in enumerate(marks) if m[3])
+    (t0, n0, *_), (t1, n1, *_) = marks[first], marks[last]
+    steps = log.by_depth(t0, t1)
+    return {"tok_s": (n1 - n0) / (t1 - t0) if t1 > t0 else None, "window_tokens": n1 - n0,
+            "window_s": round(t1 - t0, 4),
+            "tokens": [list(latest[i].outputs[0].token_ids) for i in range(len(prompt_ids))],
+            "steps": {d: {"n": len(v), "median_ms": 1000 * statistics.median(v)} for d, v in sorted(steps.items())}}
+
+
+def main() -> dict:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    from vllm.ds4x import depth_sim
+
+    install_loader()
+    counters = Counters(K)
+    managers = counters.install()
+    drafts = DraftFilter(VOCAB)
+    keep = {phase: depth_sim.conditional(ACCEPTANCE[phase], K) for phase in PHASES}
+    drafts.set(groups={CYCLES[phase]: keep[phase] for phase in PHASES})
+    drafts.install()
+    from transformers import AutoTokenizer
+    from vllm import LLM
+
+    t0 = time.time()
+    llm = LLM(**engine_args())
+    result = {"mode": MODE, "init_s": round(time.time() - t0, 1), "tokens_per_request": TOKENS,
+              "async_scheduling": bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
+              "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
+              "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+    log = StepLog(scheduler)
+    counters.reset()
+    drafts.active = True
+    texts = prompts(AutoTokenizer.from_pretrained(MODELS / "target"))
+    policies = list(depth_sim.policies(K).items()) if MODE == "spec" else [("no speculation", None)]
+    scheduling = Policies(scheduler) if MODE == "spec" else None
+    ids = count()
+    for round_ in range(ROUNDS):
+        for phase in PHASES:
+            for n in REQUESTS:
+                shift = round_ % len(policies)
+                for name, config in policies[shift:] + policies[:shift]:
+                    if scheduling:
+                        scheduling.use(name, config)
+                    before = accepted(spec_metrics(llm))
+                    cell = run_cell(llm, log, texts[phase][:n], ids)
+                    after = accepted(spec_metrics(llm))
+                    cell.update(round=round_, phase=phase, requests=n, policy=name,
+                                draft_tokens=after[0] - before[0], accepted_tokens=after[1] - before[1])
+                    result["cells"].append(cell)
+                    print(f"cell {round_} {phase} x{n} {name}: {cell['tok_s']:.2f} tok/s, steps "
+                          f"{ {d: round(s['median_ms'], 1) for d, s in cell['steps'].items()} }", flush=True)
+                    write({**result, **counters.report(managers)})
+    return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm)}
+
+
+def write(result: dict) -> None:
+    path = OUTDIR / f"e2e-{MODE}.json"
+    path.with_suffix(".tmp").write_text(json.dumps(result))
+    path.with_suffix(".tmp").replace(path)
+
+
+if __name__ == "__main__":
+    start = time.time()
+    try:
+        final = {"ok": True, **main()}
+    except BaseException as e:  # reported: the report fails a run that did not finish
+        import traceback
+
+        traceback.print_exc()
+        previous = OUTDIR / f"e2e-{MODE}.json"
+        final = {**(json.loads(previous.read_text()) if previous.exists() else {}), "ok": False,
+                 "error": repr(e)[:2000]}
+    final["wall_s"] = round(time.time() - start, 1)
+    write(final)
+    print("RESULT", MODE, "ok" if final["ok"] else final["error"][:500], flush=True)
+    os._exit(0)

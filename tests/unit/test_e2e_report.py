@@ -1,0 +1,117 @@
+"""bench/e2e_decode.py, the GPU benchmark's report, on results written here: a
+complete run gives the tables and exit 0; a missing or failed engine or cell,
+greedy tokens that differ, an eager decode step or acceptance off its set figure
+fail it (exit 1), each named."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import e2e_decode
+
+LAYERS, CPU_MS = 4, {1: 2.0, 2: 3.6, 3: 5.0, 4: 6.4, 6: 9.0}  # layer ms by tokens
+REST_MS = [3.0, 3.4, 3.8]  # the rest of a step by verified depth
+DEPTHS = {"fixed 0": 0, "fixed 1": 1, "fixed 2": 2, "phase 1/2": 1, "phase 0/2": 0, "adaptive": 0}
+SET = {"reasoning": 0.4, "answer": 0.9}
+
+
+def cell(phase: str, n: int, policy: str, round_: int) -> dict[str, Any]:
+    depth = 0 if policy == "no speculation" else 2 if phase == "answer" and "fixed" not in policy else DEPTHS[policy]
+    step = LAYERS * CPU_MS[n * (depth + 1)] + REST_MS[depth] - (0.5 if policy == "no speculation" else 0)
+    rate = SET[phase] * 2 if depth == 2 else 0
+    drafted = 100 * depth
+    return {"round": round_, "phase": phase, "requests": n, "policy": policy,
+            "tok_s": n * 1000 / step * (1 + (rate if depth == 2 else 0)), "window_tokens": 100, "window_s": 1.0,
+            "tokens": [[10 + i] * 8 for i in range(n)],
+            "steps": {str(depth): {"n": 50, "median_ms": step}},
+            "draft_tokens": drafted, "accepted_tokens": drafted * SET[phase]}
+
+
+def engine(mode: str, policies: list[str]) -> dict[str, Any]:
+    cells = [cell(phase, n, p, r) for r in range(2) for phase in ("reasoning", "answer") for n in (1, 2)
+             for p in policies]
+    return {"ok": True, "mode": mode, "init_s": 30.0, "tokens_per_request": 64, "async_scheduling": True,
+            "acceptance_set": SET, "lk_threads": "12", "layers": LAYERS, "cells": cells,
+            "decode_steps": {"graph": {"1": 10, "2": 10, "3": 10}, "eager": {}},
+            "drafter_after": {"1": 10}, "lk_moe": {"_cpu_decode (capturing)": 24}}
+
+
+def write(resdir: Path, nospec: dict[str, Any], spec: dict[str, Any]) -> Path:
+    runs = [{"threads": 12, "cases": [{"tokens": t, "ms": ms} for t, ms in CPU_MS.items()]}]
+    (resdir / "measure.json").write_text(json.dumps({"measured": {"lk_threads": 12, "runs": runs}}))
+    (resdir / "e2e-nospec.json").write_text(json.dumps(nospec))
+    (resdir / "e2e-spec.json").write_text(json.dumps(spec))
+    return resdir
+
+
+@pytest.fixture
+def runs() -> tuple[dict[str, Any], dict[str, Any]]:
+    return engine("nospec", ["no speculation"]), engine("spec", list(DEPTHS))
+
+
+def test_a_complete_run_prints_every_table(runs: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    assert e2e_decode.main([str(write(tmp_path, *runs)), "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out
+    for heading in ("reasoning, 2 running request(s): steady decode tok/s", "step time by verified depth",
+                    "depth_sim against the engine, x2", "noise floor of this run", "x1 answer: adaptive within 3% of fixed 2"):
+        assert heading in out
+    # the split: fixed 2 at two requests is 4 layers x 9.0 ms of CPU experts and 3.8 ms of the rest
+    assert any(line.split() == ["2", "39.8", "39.8", "39.8", "36.0", "3.8"] for line in out.splitlines())
+
+
+def broken(runs: tuple[dict[str, Any], dict[str, Any]], how: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    nospec, spec = copy.deepcopy(runs)
+    if how == "missing cell":
+        spec["cells"] = [c for c in spec["cells"] if not (c["policy"] == "adaptive" and c["round"] == 1)]
+    elif how == "crashed engine":
+        spec.update(ok=False, error="RuntimeError('CUDA error')")
+    elif how == "tokens differ":
+        spec["cells"][3]["tokens"][0][-1] += 1
+    elif how == "eager decode step":
+        spec["decode_steps"]["eager"] = {"2": 1}
+    elif how == "acceptance off":
+        for c in spec["cells"]:
+            c["accepted_tokens"] *= 0.5
+    elif how == "no drafter graphs at depth 0":
+        spec["drafter_after"] = {}
+    return nospec, spec
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("missing cell", "adaptive: 1 of 2 rounds measured"),
+    ("crashed engine", "e2e-spec.json: the engine did not finish: RuntimeError('CUDA error')"),
+    ("tokens differ", "greedy tokens differ between cells"),
+    ("eager decode step", "eager decode steps"),
+    ("acceptance off", "reasoning: acceptance at depth 2 measured 0.2"),
+    ("no drafter graphs at depth 0", "the drafter replayed no graph after depth-0 steps"),
+])
+def test_the_report_fails_closed(runs: tuple[dict[str, Any], dict[str, Any]], how: str, message: str,
+                                 tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert e2e_decode.main([str(write(tmp_path, *broken(runs, how))), "--seeds", "2"]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL: {message}" in out or any(line.startswith("FAIL: ") and message in line for line in out.splitlines())
+
+
+def test_a_missing_file_fails(runs: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path, *runs)
+    (tmp_path / "e2e-spec.json").unlink()
+    assert e2e_decode.main([str(tmp_path)]) == 1
+    assert "FAIL: e2e-spec.json" in capsys.readouterr().out
+
+
+def test_the_committed_h200_run_passes_its_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results/h200-e2e: the run the README quotes; its tables come out of it again."""
+    results = Path(e2e_decode.__file__).parent / "results" / "h200-e2e"
+    assert e2e_decode.main([str(results), "--seeds", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "acceptance at depth 2 (vLLM's metrics): reasoning 0.384 (set 0.4), answer 0.900 (set 0.9)" in out
+    assert any(line.startswith("phase 0/2") and "62.56 [62.19-62.92]" in line and line.endswith("1.486")
+               for line in out.splitlines())
