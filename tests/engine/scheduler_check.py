@@ -221,7 +221,9 @@ def run_stats(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
     ways: by the scheduler, and here from what each request was scheduled and
     sampled. The steps cover a uniform batch (the largest group by subtraction),
     an uneven one (r0 drafted fewer), a request that stops mid-step (a1: vLLM
-    trims its tokens) and one aborted while its step ran (r3: vLLM skips it)."""
+    trims its tokens), one aborted while its step ran (r3: vLLM skips it), and
+    two steps of reasoning requests only (a0 aborted between steps: depth 0
+    under phase 0/2)."""
     s = scheduler(model, draft_depth, False)
     s.num_lookahead_tokens = K
     reqs = {f"r{i}": request(f"r{i}", [5] * 12 + [THINK]) for i in range(4)}
@@ -246,15 +248,19 @@ def run_stats(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
             drafted = len(out.scheduled_spec_decode_tokens.get(r, ()))
             accepted = (step + i) % (drafted + 1)
             sampled[r] = [*[30, 31][:accepted], 40 + step]
-            if drafted and (r, step) != ("r3", 2):
-                phase = "reasoning" if r.startswith("r") else "answer"
-                for what, key, n in (("drafts", phase, 1), ("draft_tokens", phase, drafted),
-                                     ("accepted_tokens", phase, accepted), ("depths", str(drafted), 1)):
-                    expected[what][key] = expected[what].get(key, 0) + n
+            if (r, step) == ("r3", 2):  # aborted while its step ran: vLLM skips its output
+                continue
+            phase = "reasoning" if r.startswith("r") else "answer"
+            counts = ((("drafts", phase, 1), ("draft_tokens", phase, drafted), ("accepted_tokens", phase, accepted))
+                      if drafted else ())
+            for what, key, n in (*counts, ("depths", str(drafted), 1)):  # depth 0: a step that verified nothing
+                expected[what][key] = expected[what].get(key, 0) + n
         engine_out = s.update_from_output(out, output(scheduled, sampled))
         stats = engine_out[0].scheduler_stats.spec_decoding_stats if engine_out else None
         if stats is not None:
             counted.merge(stats.ds4x)
+        if step == 1:  # only reasoning requests from here: under phase 0/2 they verify nothing
+            s.finish_requests("a0", RequestStatus.FINISHED_ABORTED)
     return {"counted": {what: getattr(counted, what) for what in expected}, "expected": expected,
             "a1_stopped_mid_step": "a1" not in s.requests}
 

@@ -50,3 +50,7 @@ def test_phase_02_verifies_nothing_while_only_reasoning(runs: dict[str, Any]) ->
     assert metric(run, "chosen_depth", depth="0") == metric(run, "num_drafts_by_phase", phase="reasoning") > 0
     assert metric(run, "num_drafts_by_phase", phase="reasoning") < metric(runs["phase 1/2"], "num_drafts_by_phase",
                                                                           phase="reasoning")
+    # the reasoning-only steps verified nothing, and count at depth 0; vLLM's own counters skip them
+    assert metric(run, "depth", depth="0") > 0
+    assert metric(run, "num_drafts") == (metric(run, "num_drafts_by_phase", phase="answer")
+                                         + metric(run, "num_drafts_by_phase", phase="reasoning"))

@@ -7,8 +7,8 @@ Prometheus (beside vLLM's spec-decode family; labels like ``position``)::
     vllm:spec_decode_num_drafts_by_phase{phase="reasoning"|"answer"}
     vllm:spec_decode_num_draft_tokens_by_phase{phase=...}
     vllm:spec_decode_num_accepted_tokens_by_phase{phase=...}
-    vllm:spec_decode_depth{depth="1".."K"}          drafts verified at each depth (a depth-0
-                                                   step verifies nothing and counts nowhere)
+    vllm:spec_decode_depth{depth="0".."K"}          drafts verified at each depth; at 0, decode
+                                                   steps of a request that verified nothing
     vllm:spec_decode_chosen_depth{depth="0".."K"}   drafts whose request chose that depth
                                                    (a batch verifies its deepest choice)
 
@@ -47,6 +47,10 @@ class DepthStats:
         for counts, depth in ((self.depths, drafted), (self.chosen_depths, chosen)):
             key = _DEPTH_KEYS[depth] if depth < len(_DEPTH_KEYS) else str(depth)
             counts[key] = counts.get(key, 0) + drafts
+
+    def observe_unverified(self, steps: int) -> None:
+        """`steps` decode steps of requests that verified nothing (depth 0)."""
+        self.depths["0"] = self.depths.get("0", 0) + steps
 
     def merge(self, other: "DepthStats | None") -> None:
         if other is None:

@@ -16,6 +16,7 @@ from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig, PhaseTracker, R
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
 from vllm.v1.request import RequestStatus
+from vllm.v1.spec_decode.metrics import SpecDecodingStats
 
 logger = init_logger(__name__)
 
@@ -128,12 +129,16 @@ class DraftDepthScheduling:
         verified is counted on their lengths as sampled."""
         self._lengths = list(map(len, runner_output.sampled_token_ids))
 
-    def on_step_end(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any], stats: Any) -> None:
+    def on_step_end(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any],
+                    stats: SpecDecodingStats | None) -> SpecDecodingStats | None:
         """The step's output, after vLLM's own loop over it (`requests`: the
         scheduler's, by id; `stats`: the step's SpecDecodingStats, None when
-        not logged or nothing was verified)."""
+        not logged or nothing was verified). Returns the step's stats: vLLM's,
+        or a new one when the step's only news is requests that verified
+        nothing (vllm:spec_decode_depth{depth="0"})."""
         if runner_output.sampled_token_ids:
             self._read_output(scheduler_output, runner_output, requests, stats)
+            stats = self._count_unverified(scheduler_output, runner_output, requests, stats)
         for state in self._leaving:
             if self._states.get(state.request_id) is state:  # not taken by a new request of the same id
                 del self._states[state.request_id]
@@ -142,6 +147,33 @@ class DraftDepthScheduling:
         if self._adaptive:
             self._time_step(scheduler_output)
             self.policy.step(runner_output.req_id_to_index)
+        return stats
+
+    def _count_unverified(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any],
+                          stats: SpecDecodingStats | None) -> SpecDecodingStats | None:
+        """Decode steps of requests that verified nothing (they chose depth 0, or
+        the drafter proposed nothing): one token scheduled, no drafts, not a
+        new request, output tokens from before this step, not aborted while
+        the step ran (vLLM skips those)."""
+        spec, ids = scheduler_output.scheduled_spec_decode_tokens, runner_output.req_ids
+        if len(spec) >= len(ids):  # every request verified drafts
+            return stats
+        scheduled, new = scheduler_output.num_scheduled_tokens, scheduler_output.scheduled_new_reqs
+        fresh = {r.req_id for r in new} if new else ()
+        count = 0
+        for request_id, length in zip(ids, self._lengths):
+            if (length and scheduled.get(request_id) == 1 and request_id not in spec and request_id not in fresh
+                    and request_id in self._states):
+                request = requests.get(request_id)  # None: it finished in this step
+                count += request is None or request.num_output_tokens > length
+        if not count:
+            return stats
+        if stats is None:
+            stats = SpecDecodingStats.new(self.policy.k_max)
+        if stats.ds4x is None:
+            stats.ds4x = DepthStats()
+        stats.ds4x.observe_unverified(count)
+        return stats
 
     def _read_output(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any], stats: Any) -> None:
         ids, sampled = runner_output.req_ids, runner_output.sampled_token_ids
