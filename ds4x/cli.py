@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ds4x import __version__, log, pins
+from ds4x import __version__, inputs, log, pins
 from ds4x.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Ds4xError, InputError, Terminated
 from ds4x.log import logger
 
@@ -30,8 +30,8 @@ LIGHT_COMMANDS = ("doctor", "provenance", "plan")
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more output (git commands)")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
-    parser.add_argument("--pins", type=Path, default=ROOT / "pins.toml", help="pins file (default: %(default)s)")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="cache (default: $DS4X_CACHE_DIR or XDG cache/ds4x)")
+    parser.add_argument("--pins", type=inputs.existing_file, default=ROOT / "pins.toml", help="pins file (default: %(default)s)")
+    parser.add_argument("--cache-dir", type=inputs.output_folder, default=None, help="cache (default: $DS4X_CACHE_DIR or XDG cache/ds4x)")
     parser.add_argument(
         "--mirror", action="append", default=[], metavar="URL=URL_OR_PATH",
         help="fetch URL from elsewhere (repeatable; also $DS4X_MIRRORS, whitespace-separated)",
@@ -112,12 +112,12 @@ def cmd_refresh(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Upstream-ready format-patch files (numbered, with diffstat) or one mbox."""
-    from ds4x import series, sources, workspace
+    from ds4x import export, series, sources
 
     target = _one(args)
+    author = export.author_of(args.author)  # before any download: it may be missing
     base = sources.fetch(target, _settings(args))
-    with workspace.patched_tree(base, _layout(args), with_overlay=False) as tree:
-        texts = workspace.export_texts(tree, stable=False)
+    texts = export.upstream_texts(base, _layout(args), author)
     if args.mbox:
         args.mbox.write_text("".join(texts), encoding="utf-8")
         print(f"{args.mbox}: {len(texts)} patches")
@@ -139,7 +139,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     for target in _chosen(args, all_by_default=True):
         base = sources.fetch(target, _settings(args))
         with log.step(f"check {target.name} @ {base.commit[:12]}"):
-            problems = workspace.check(base, _layout(args))
+            problems = workspace.check(base, _layout(args)).problems
         for problem in problems:
             logger.error("  %s", problem)
         failed += bool(problems)
@@ -150,11 +150,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _check_newest(args: argparse.Namespace) -> int:
     """`check --newest`: does the series apply to the newest release on the
     index, or to the newest commit of a git-only target's local mirror?
-    Upstream drift at a glance; pins.toml is not touched."""
-    from ds4x import roll, sources, workspace
+    Upstream drift at a glance; pins.toml is not touched. Exits 1 when a
+    series does not apply there, so that a scheduled run fails on drift; a
+    patch upstream has taken (as it is or its own way) is no conflict."""
+    from ds4x import roll, sources
 
     _online(args)
     settings = _settings(args)
+    conflicts = 0
     for target in _chosen(args, all_by_default=True):
         kind = roll.released_kind(target)
         if kind is None:
@@ -171,15 +174,29 @@ def _check_newest(args: argparse.Namespace) -> int:
             print(f"{target.name}: {pinned} is the newest {'commit' if kind is None else 'release'}")
             continue
         try:
-            base = roll.fetch_release(target, kind or "git", pin, settings)
-            problems = [p for p in workspace.check(base, _layout(args)) if "not listed in series" not in p]
+            status = _status_at(roll.fetch_release(target, kind or "git", pin, settings), _layout(args))
         except Ds4xError as e:
-            problems = [str(e)]
-        status = ("applies" if not problems
-                  else "applies with offsets (the patches would be refreshed)" if all("re-export differs" in p for p in problems)
-                  else f"does not apply: {problems[0]}")
+            status = f"does not apply: {e}"
+        conflicts += "does not apply: " in status
         print(f"{target.name}: pinned {pinned}, newest {latest}: {status}")
-    return 0
+    return 1 if conflicts else 0
+
+
+def _status_at(base: sources.Base, layout: workspace.Layout) -> str:
+    """The series at another release, in one line: each patch upstream has, then whether the rest applies."""
+    from ds4x import series, workspace
+
+    checked = workspace.check(base, layout, skip_upstream=True)
+    problems = [p for p in checked.problems if "not listed in series" not in p]
+    upstream = [f"{name}: {how} (drop it from the series at the roll); " for name, how in checked.upstream.items()]
+    rest = "the rest " if upstream else ""
+    if upstream and len(upstream) == len(series.parse_series(layout.series(base.target.name))):
+        return "".join(upstream) + "no other patch"
+    if not problems:
+        return "".join(upstream) + f"{rest}applies"
+    if all("re-export differs" in p for p in problems):
+        return "".join(upstream) + f"{rest}applies with offsets (the patches would be refreshed)"
+    return "".join(upstream) + f"{rest}does not apply: {problems[0]}"
 
 
 def cmd_roll(args: argparse.Namespace) -> int:
@@ -236,7 +253,10 @@ def cmd_wheel(args: argparse.Namespace) -> int:
     for target in targets:
         with log.step(f"wheel {target.name}"):
             built.append(builder.build(target, _settings(args), _layout(args), args.kernels, dist))
-    constraints = wheel.write_constraints(dist, built)
+    removed = wheel.clear_superseded(dist, built)
+    for path in removed:
+        logger.warning("removed %s from %s: superseded by this build (dist/ holds one deployment)", path.name, dist)
+    constraints = wheel.write_constraints(dist, built, removed)
     for b in built:
         print(f"{b.path}  {b.path.stat().st_size / 2**20:.1f} MiB  sha256:{b.sha256}")
     print(f"install (hash-checked): pip install --no-deps --require-hashes --no-index --find-links {dist} "
@@ -278,8 +298,8 @@ def parser() -> argparse.ArgumentParser:
 
     p = add("wheel", cmd_wheel, "build patched wheels into dist/ with constraints.txt (the main job)")
     _targets(p, "lvllmds4-x and flashinfer")
-    p.add_argument("--kernels", help="source | wheel:PATH_OR_URL (compiled modules to reuse)")
-    p.add_argument("--dist", type=Path, help="output folder (default: dist/ beside the pins file)")
+    p.add_argument("--kernels", type=inputs.kernels, help="source | wheel:PATH_OR_URL (compiled modules to reuse)")
+    p.add_argument("--dist", type=inputs.output_folder, help="output folder (default: dist/ beside the pins file)")
     _targets(add("fetch", cmd_fetch, "fetch pinned sources into the cache"), "the default targets")
     for name, func, text in (
         ("apply", cmd_apply, "apply a target's series into a development tree"),
@@ -287,16 +307,22 @@ def parser() -> argparse.ArgumentParser:
     ):
         p = add(name, func, text)
         _targets(p, "required")
-        p.add_argument("--dir", type=Path, help="development tree (default: trees/<target>)")
+        dir_type = inputs.output_folder if name == "apply" else inputs.existing_folder
+        p.add_argument("--dir", type=dir_type, help="development tree (default: trees/<target>)")
     p = add("export", cmd_export, "write a target's series as upstream-ready format-patch files")
     _targets(p, "required")
-    p.add_argument("--output", type=Path, help="folder (default: dist/patches/<target>)")
-    p.add_argument("--mbox", type=Path, help="one mbox file instead of a folder")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--output", type=inputs.output_folder, help="folder (default: dist/patches/<target>)")
+    where.add_argument("--mbox", type=inputs.output_file, help="one mbox file instead of a folder")
+    p.add_argument("--force", action="store_true", help="write over an existing --mbox file")
+    p.add_argument("--author", metavar="'NAME <EMAIL>'",
+                   help="author and Signed-off-by of every patch (default: your git config user.name/user.email)")
     p = add("roll", cmd_roll, "move a target's pin to another release or commit, re-applying the series")
     _targets(p, "required, one")
-    p.add_argument("--to", required=True, metavar="VERSION|COMMIT",
+    p.add_argument("--to", required=True, metavar="VERSION|COMMIT", type=inputs.plain_value,
                    help="the release to pin (sdist and wheel pins; see `check --newest`), or the commit (git-only pins)")
-    p.add_argument("--dir", type=Path, help="development tree (default: trees/<target>-<version or commit>)")
+    p.add_argument("--dir", type=inputs.output_folder,
+                   help="development tree (default: trees/<target>-<version or commit>)")
     p = add("check", cmd_check, "every patch applies exactly and re-exports byte for byte")
     _targets(p, "all")
     p.add_argument("--newest", action="store_true",
@@ -333,6 +359,17 @@ def _check_install(args: argparse.Namespace) -> None:
         )
 
 
+def _check_inputs(args: argparse.Namespace) -> None:
+    """What argparse cannot see alone, before any work: the pins file against
+    its schema, the cache and mirrors, an output that exists."""
+    if args.command in LIGHT_COMMANDS:
+        return
+    pins.load(args.pins)
+    _settings(args)
+    if getattr(args, "mbox", None) and args.mbox.exists() and not args.force:
+        raise InputError(f"--mbox {args.mbox}: exists", "pass --force to write over it, or give another file")
+
+
 def _terminate(signum: int, frame: object) -> None:
     raise Terminated
 
@@ -352,6 +389,7 @@ def _run(args: argparse.Namespace) -> int:
     log.setup(-1 if args.quiet else args.verbose)
     try:
         _check_install(args)
+        _check_inputs(args)
         if args.command not in LIGHT_COMMANDS:
             from ds4x import gitops
 

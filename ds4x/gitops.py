@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -34,8 +35,15 @@ IDENTITY = {
 SPARSE_PATTERNS = ("/*", "!/docs/")
 
 
+# The caller's environment before isolate_environ: `export` signs with the
+# caller's own git identity (config or GIT_AUTHOR_*), which isolation hides.
+CALLER_ENVIRON: dict[str, str] = {}
+
+
 def isolate_environ() -> None:
     """Make every git call ignore the caller's repo and user/system config."""
+    CALLER_ENVIRON.clear()
+    CALLER_ENVIRON.update(os.environ)
     for key in list(os.environ):
         if key in _LEAKY or key.startswith("GIT_CONFIG"):
             del os.environ[key]
@@ -186,6 +194,23 @@ def apply_check(repo: Repo, patch: Path, reverse: bool = False) -> str | None:
     except GitCommandError as e:
         return str(e.stderr).strip()
     return None
+
+
+def caller_identity() -> str | None:
+    """"Name <email>" as the caller's git would author a commit (GIT_AUTHOR_*,
+    then user.name/user.email), or None when it names none explicitly."""
+    found = subprocess.run(["git", "-c", "user.useConfigOnly=true", "var", "GIT_AUTHOR_IDENT"],
+                           env=CALLER_ENVIRON or None, capture_output=True, text=True)
+    ident = found.stdout.strip().rsplit(" ", 2)[0]  # drop the timestamp and zone
+    return ident if found.returncode == 0 and ident else None
+
+
+def sign_and_amend(repo: Repo, author: str, paths: Sequence[str]) -> None:
+    """Amend HEAD: add `paths` (ignored or not), set the author, add Signed-off-by."""
+    if paths:
+        run(repo, "add", "--force", "--", *paths)
+    run(repo, "commit", "--quiet", "--amend", "--no-edit", "--no-verify", "--allow-empty",
+        f"--author={author}", f"--trailer=Signed-off-by: {author}")
 
 
 def am(repo: Repo, patch: Path) -> None:

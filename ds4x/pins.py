@@ -9,9 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from ds4x.errors import InputError
+from ds4x.inputs import read_text, shown
 
 _SHA1 = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_TEXT = re.compile(r"[^\x00-\x08\x0b-\x1f\x7f]{0,500}")  # one line or a few, of printable text
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")  # a target, file, folder, project or version
+_RELATIVE = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._+/-]{0,199}")  # a path inside the tree
+_URL = re.compile(r"[^\s\x00-\x1f\x7f]{1,500}")
+MAX_PINS_BYTES = 2**20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,10 +74,10 @@ class Pins:
 
 def _check(where: str, value: Any, pattern: re.Pattern[str], what: str) -> str:
     if isinstance(value, str) and value != value.lower() and pattern.fullmatch(value.lower()):
-        raise InputError(f"{where}: {value!r} is in upper case", f"write it in lower case: {value.lower()}")
+        raise InputError(f"{where}: {shown(value)} is in upper case", f"write it in lower case: {value.lower()}")
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise InputError(
-            f"{where}: {value!r} is not a {what}",
+            f"{where}: {shown(value)} is not a {what}",
             "pin exact values: a full 40-hex commit, a 64-hex sha256",
         )
     return value
@@ -90,15 +96,31 @@ def _table(where: str, raw: Any, keys: set[str]) -> dict[str, Any]:
     return raw
 
 
+def _text(where: str, value: Any, pattern: re.Pattern[str] = _TEXT, what: str = "a string") -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise InputError(f"{where}: {shown(value)} is not {what}", f"write {where.rsplit('.', 1)[-1]} = \"...\"")
+    return value
+
+
+def _names(where: str, value: Any, pattern: re.Pattern[str] = _NAME) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise InputError(f"{where}: {shown(value)} is not a list", f'write {where.rsplit(".", 1)[-1]} = ["name", ...]')
+    return tuple(_text(f"{where}[{i}]", v, pattern, "a plain name or path inside the tree") for i, v in enumerate(value))
+
+
 def _git(where: str, raw: Any) -> GitPin:
     t = _table(where, raw, {"url", "commit"})
-    return GitPin(url=t["url"], commit=_check(f"{where}.commit", t["commit"], _SHA1, "full 40-hex commit"))
+    url = _text(f"{where}.url", t["url"], _URL, "a URL or path without spaces or control characters")
+    return GitPin(url=url, commit=_check(f"{where}.commit", t["commit"], _SHA1, "full 40-hex commit"))
 
 
 def _artifact(where: str, raw: Any) -> Artifact:
     t = _table(where, raw, {"project", "version", "filename", "sha256"})
     _check(f"{where}.sha256", t["sha256"], _SHA256, "sha256 digest")
-    return Artifact(**t)
+    return Artifact(project=_text(f"{where}.project", t["project"], _NAME, "a project name"),
+                    version=_text(f"{where}.version", t["version"], _NAME, "a version"),
+                    filename=_text(f"{where}.filename", t["filename"], _NAME, "a file name (no folder)"),
+                    sha256=t["sha256"])
 
 
 _PLAIN = {"description", "default", "package", "overlays", "kernel-sources"}
@@ -107,6 +129,10 @@ _NESTED = {"git", "sdist", "wheel", "kernels-wheel"}
 
 def _target(path: Path, name: str, raw: dict[str, Any]) -> Target:
     where = f"{path}: targets.{name}"
+    if not _NAME.fullmatch(name):
+        raise InputError(f"{where}: the name is not plain", "name a target with letters, digits, '.', '_' or '-'")
+    if not isinstance(raw, dict):
+        raise InputError(f"{where}: {shown(raw)} is not a table", f"write [targets.{name}] with its keys")
     unknown = set(raw) - _PLAIN - _NESTED
     if unknown:
         raise InputError(f"{where}: unknown keys {sorted(unknown)}")
@@ -118,13 +144,16 @@ def _target(path: Path, name: str, raw: dict[str, Any]) -> Target:
     def artifact(key: str) -> Artifact | None:
         return _artifact(f"{where}.{key}", raw[key]) if key in raw else None
 
+    default = raw.get("default", False)
+    if not isinstance(default, bool):
+        raise InputError(f"{where}.default: {shown(default)} is not true or false", "write default = true or false")
     return Target(
         name=name,
-        description=raw.get("description", ""),
-        default=bool(raw.get("default", False)),
-        package=raw["package"],
-        overlays=tuple(raw.get("overlays", ())),
-        kernel_sources=tuple(raw.get("kernel-sources", ())),
+        description=_text(f"{where}.description", raw.get("description", "")),
+        default=default,
+        package=_text(f"{where}.package", raw["package"], _NAME, "an import package name"),
+        overlays=_names(f"{where}.overlays", raw.get("overlays", [])),
+        kernel_sources=_names(f"{where}.kernel-sources", raw.get("kernel-sources", []), _RELATIVE),
         git=_git(f"{where}.git", raw["git"]) if "git" in raw else None,
         sdist=artifact("sdist"),
         wheel=artifact("wheel"),
@@ -137,11 +166,13 @@ def load(path: Path) -> Pins:
         import tomllib
     else:  # a dependency on 3.10: imported here so that a missing one is reported, not a traceback
         import tomli as tomllib
+    text = read_text(path, "--pins ", MAX_PINS_BYTES)
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{path}: not found", "run from the ds4x checkout or pass --pins") from None
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise InputError(f"{path}: {e}", "fix the TOML syntax") from None
-    targets = raw.get("targets", {})
+    targets = raw.get("targets")
+    if set(raw) != {"targets"} or not isinstance(targets, dict) or not targets:
+        raise InputError(f"{path}: expected one [targets] table with at least one [targets.<name>], and nothing else",
+                         "see the pins.toml of the ds4x checkout")
     return Pins(path=path, targets={n: _target(path, n, t) for n, t in targets.items()})

@@ -20,6 +20,7 @@ from ds4x.overlay import load_module
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples/deepseek-v4-flash/config.json"
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)?", re.I)
+MAX_SIZE = 2**50  # 1 PiB: above any GPU or RAM bandwidth a plan is for
 _UNITS = {None: 1024**3, "gib": 1024**3, "gb": 10**9, "mib": 1024**2, "mb": 10**6}
 
 
@@ -33,6 +34,7 @@ def measure_module() -> ModuleType:
 
 KV_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "fp8_e5m2", "auto", "bf16", "bfloat16")
 _MAX_TEXT = 40  # longer values are cut in messages
+MAX_COUNT = 1e18  # routed tokens per expert: far above any trace, low enough that sums stay exact enough
 
 
 def _shown(text: str) -> str:
@@ -42,9 +44,10 @@ def _shown(text: str) -> str:
 def size(text: str) -> int:
     """`32`, `32GiB`, `31.5 GB`: bytes (a bare number is GiB)."""
     found = _SIZE.fullmatch(text.strip()) if len(text) <= _MAX_TEXT else None
-    if not found:
-        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a size like 32GiB or 31.5GB")
-    return int(float(found[1]) * _UNITS[found[2].lower() if found[2] else None])
+    value = int(float(found[1]) * _UNITS[found[2].lower() if found[2] else None]) if found else -1
+    if not 0 <= value <= MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"{_shown(text)} is not a size like 32GiB or 31.5GB (at most 1 PiB)")
+    return value
 
 
 def positive_size(text: str) -> int:
@@ -114,15 +117,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _load_json(path: Path, what: str) -> dict[str, Any]:
+    """The overlay's reader (size cap, UTF-8, finite numbers, an object), as the fork's measure uses it."""
+    module = measure_module()
     try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{what} {path}: not found") from None
-    except (OSError, ValueError) as e:
-        raise InputError(f"{what} {path}: {e}", "give a JSON file") from None
-    if not isinstance(found, dict):
-        raise InputError(f"{what} {path}: a JSON {type(found).__name__}, not an object", "give a config.json")
-    return found
+        return dict(module.read_json(path, what))
+    except module.MeasureError as e:
+        raise InputError(str(e)) from None
 
 
 def _routing(path: Path, shape: Any) -> dict[int, list[float]]:
@@ -130,13 +130,14 @@ def _routing(path: Path, shape: Any) -> dict[int, list[float]]:
     raw = _load_json(path, "--routing-stats")
     try:
         routing = {int(layer): [float(c) for c in counts] for layer, counts in raw.items()}
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise InputError(f"--routing-stats {path}: {str(e)[:200]}", 'give {"<layer>": [count per expert, ...]}') from None
     bad = [layer for layer, counts in routing.items()
-           if layer not in shape.moe_layers or len(counts) != shape.n_routed_experts or min(counts, default=0) < 0]
+           if layer not in shape.moe_layers or len(counts) != shape.n_routed_experts
+           or not all(0 <= c <= MAX_COUNT for c in counts)]
     if bad:
         raise InputError(f"--routing-stats {path}: layer(s) {bad[:5]} are not MoE layers of the model or do not "
-                         f"hold {shape.n_routed_experts} counts >= 0", 'give {"<layer>": [count per expert, ...]}')
+                         f"hold {shape.n_routed_experts} counts in 0..{MAX_COUNT:.0e}", 'give {"<layer>": [count per expert, ...]}')
     return routing
 
 
@@ -174,7 +175,8 @@ def table(args: argparse.Namespace, result: dict[str, Any]) -> str:
         (f"MoE layer ({shape.n_routed_experts} experts x {shape.expert_bytes / 2**20:.2f} MiB)", f"{shape.layer_bytes_per_gpu(args.tp) / gib:.2f} GiB per GPU"),
         ("resident layers that fit", f"{fits}: {','.join(map(str, choice.layers)) or 'none'}"),
         (f"decode ceiling, all {len(shape.moe_layers)} MoE layers on CPU", f"{ceiling[0]:.1f} tok/s"),
-        (f"decode ceiling, {fits} resident", f"{ceiling[fits]:.1f} tok/s ({ceiling[fits] / ceiling[0] - 1:+.1%})"),
+        (f"decode ceiling, {fits} resident", f"{ceiling[fits]:.1f} tok/s ({ceiling[fits] / ceiling[0] - 1:+.1%})"
+         if math.isfinite(ceiling[fits]) else "no RAM-bandwidth bound: no MoE layer is left on the CPU"),
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]

@@ -75,7 +75,7 @@ def _kernels(target: Target, version: str) -> Artifact | None:
 
 def _local(where: str) -> bool:
     """A mirror on this machine (a path), where git history can be read."""
-    return "://" not in where and Path(where).exists()
+    return sources.local_mirror(where) is not None
 
 
 def _git_pin(target: Target, base: sources.Base, settings: sources.Settings) -> GitPin | None:
@@ -166,7 +166,7 @@ def apply(target: Target, to: str, settings: sources.Settings, layout: workspace
         new = sources.release(getattr(target, kind), to)
         base = fetch_release(target, kind, new, settings)
     try:
-        entries = workspace.apply_series(base, tree, layout)
+        entries = workspace.apply_series(base, tree, layout).entries
     except Ds4xError as e:
         if not (tree / ".git").is_dir():  # it failed before any patch: nothing to leave behind
             raise
@@ -177,7 +177,7 @@ def apply(target: Target, to: str, settings: sources.Settings, layout: workspace
         except Ds4xError:  # the tree was not set up: the failure is the clone's own
             raise e from None
         history = _history(tree, target.git.commit, base.commit, e) if kind == "git" and target.git else ""
-        raise Conflict(e, target.name, tree, listed[applied:], "applied upstream" in str(e),
+        raise Conflict(e, target.name, tree, listed[applied:], isinstance(e, workspace.AlreadyUpstream),
                        _add_pinned_base(target, kind, settings, tree), history) from None
     texts = workspace.export_texts(tree)
     statuses = [(entry.name, "applies cleanly" if entry.path.read_text(encoding="utf-8") == text

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ds4x.errors import InputError
+from ds4x.inputs import read_text
 
 # DEP-3: Subject/From stand for Description/Author; these live in the body.
 REQUIRED_FIELDS = ("Origin", "Forwarded")
@@ -32,6 +33,13 @@ class PatchInfo:
     def applied_upstream(self) -> str | None:
         return self.fields.get("Applied-Upstream")
 
+    @property
+    def upstream_marker(self) -> tuple[str, str] | None:
+        """(file, name) from `Applied-Upstream: VERSION, FILE NAME`: what upstream's
+        own fix defines, by which a tree the patch no longer applies to shows it."""
+        found = re.fullmatch(r"[^,]*,\s*(\S+)\s+([A-Za-z_]\w*)", self.applied_upstream or "")
+        return (found[1], found[2]) if found else None
+
 
 def _strip_comment(line: str) -> str:
     """quilt: a line starting with '#', or anything after ' #', is a comment."""
@@ -46,7 +54,7 @@ def parse_series(series: Path) -> list[PatchEntry]:
         return []
     entries: list[PatchEntry] = []
     seen: set[str] = set()
-    for number, raw in enumerate(series.read_text(encoding="utf-8").splitlines(), 1):
+    for number, raw in enumerate(read_text(series).splitlines(), 1):
         name = _strip_comment(raw)
         if not name:
             continue
@@ -75,7 +83,7 @@ def subject_of(text: str) -> str:
 
 def read_info(entry: PatchEntry) -> PatchInfo:
     """Subject and DEP-3 fields of a format-patch file; refuse ones without them."""
-    text = entry.path.read_text(encoding="utf-8")
+    text = read_text(entry.path)
     message = email.message_from_string(text, policy=email.policy.default)
     subject = subject_of(text)
     if not subject or "\ndiff --git " not in text:

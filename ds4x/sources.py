@@ -7,6 +7,7 @@ into place: an interrupted fetch leaves nothing the next run would trust.
 
 from __future__ import annotations
 
+import argparse
 import calendar
 import hashlib
 import html.parser
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ds4x import gitops, proc
+from ds4x import gitops, inputs, proc
 from ds4x.digest import BLOCK, sha256_file
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger, progress, step
@@ -58,23 +59,49 @@ class Base:
 
 def default_cache() -> Path:
     if CACHE_ENV in os.environ:
-        return Path(os.environ[CACHE_ENV])
+        return check_cache(os.environ[CACHE_ENV], CACHE_ENV)
     xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "ds4x"
 
 
+def check_cache(text: str, given_by: str) -> Path:
+    """The cache folder: one that exists or can be made, checked before anything runs."""
+    try:
+        return inputs.output_folder(text)
+    except argparse.ArgumentTypeError as e:
+        raise InputError(f"{given_by} {e}", f"point {given_by} at a folder you can write (made if missing)") from None
+
+
 def parse_mirrors(specs: list[str]) -> dict[str, str]:
-    """`URL=URL_OR_PATH` pairs from --mirror and DS4X_MIRRORS (whitespace-separated)."""
+    """`URL=URL_OR_PATH` pairs from --mirror and DS4X_MIRRORS (whitespace-separated);
+    a local replacement must be a folder (a repository, or one holding them)."""
     mirrors: dict[str, str] = {}
-    for spec in [*os.environ.get(MIRRORS_ENV, "").split(), *specs]:
+    env = os.environ.get(MIRRORS_ENV, "").split()
+    for number, spec in enumerate([*env, *specs]):
+        given_by = MIRRORS_ENV if number < len(env) else "--mirror"
         upstream, sep, replacement = spec.partition("=")
-        if not sep or not upstream or not replacement:
+        if not sep or not upstream or not replacement or any(c.isspace() or ord(c) < 32 for c in spec):
             raise InputError(
-                f"mirror {spec!r} is not UPSTREAM=REPLACEMENT",
+                f"{given_by} {inputs.shown(spec)} is not UPSTREAM=REPLACEMENT",
                 "e.g. --mirror https://github.com/guqiong96/Lvllmds4-x=/srv/git/Lvllmds4-x.git",
             )
+        if "://" not in replacement and Path(replacement).exists() and not Path(replacement).is_dir():
+            raise InputError(f"{given_by}: mirror {replacement} is a file, not a git repository",
+                             f"point {given_by} at a git repository")
         mirrors[upstream.rstrip("/")] = replacement
     return mirrors
+
+
+def local_mirror(where: str, url: str = "its upstream") -> Path | None:
+    """The local repository `where` mirrors `url` at (None: `where` is a URL,
+    or no such path); a folder that is not a repository is refused before git runs."""
+    path = Path(where)
+    if "://" in where or not path.exists():
+        return None
+    if not ((path / ".git").exists() or ((path / "HEAD").is_file() and (path / "objects").is_dir())):
+        raise InputError(f"mirror {where} for {url} is not a git repository",
+                         f"point --mirror / {MIRRORS_ENV} at a clone of it")
+    return path
 
 
 def resolve_url(url: str, mirrors: dict[str, str]) -> str:
@@ -356,8 +383,8 @@ def _git_base(target: Target, settings: Settings) -> Base:
     if not dest.exists():
         with step(f"fetch {target.name} @ {pin.commit[:12]} from {where}"):
             if "://" not in where:  # a path: share objects, no pack protocol
-                local = Path(where)
-                if not local.exists():
+                local = local_mirror(where, pin.url)
+                if local is None:
                     raise InputError(f"mirror {where} for {pin.url} does not exist", "fix --mirror / DS4X_MIRRORS")
                 _build(dest, settings, lambda p: gitops.clone_local(local, p, pin.commit, shared=False))
             else:

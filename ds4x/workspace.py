@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from git import Repo
 
 from ds4x import gitops, overlay, series
 from ds4x.errors import Ds4xError, InputError
@@ -33,34 +35,85 @@ def _where_it_fails(stderr: str) -> str:
     return f"hunk at {found[1]}:{found[2]}" if found else stderr.splitlines()[-1]
 
 
-def apply_series(base: Base, tree: Path, layout: Layout) -> list[series.PatchEntry]:
-    """Clone the base into `tree` and `git am` every patch, naming the one that fails."""
+class AlreadyUpstream(Ds4xError):
+    """A patch that does not apply because upstream has its change, as it is or its own way."""
+
+    def __init__(self, message: str, hint: str, how: str) -> None:
+        super().__init__(message, hint)
+        self.how = how
+
+
+def fixed_differently(info: series.PatchInfo, tree: Path) -> str | None:
+    """Upstream's own fix, shown in `tree`: the file that the patch's
+    Applied-Upstream field names defines the name it names (None: not shown)."""
+    marker = info.upstream_marker
+    if marker is None:
+        return None
+    path, name = marker
+    try:
+        text = (tree / path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    defined = re.search(rf"(?m)^\s*(?:(?:async\s+)?def|class)\s+{name}\b|^{name}\s*[:=]", text)
+    return f"{path} defines {name}" if defined else None
+
+
+def _refusal(repo: Repo, tree: Path, entry: series.PatchEntry, info: series.PatchInfo, base: Base, layout: Layout,
+             problem: str) -> Ds4xError:
+    """Why a patch does not apply: upstream has it (as it is, or its own way), it is corrupt, or it conflicts."""
+    where = f"{base.target.name} @ {base.commit[:12]}"
+    drop = f"delete line {entry.line} of {layout.series(base.target.name)}"
+    if gitops.apply_check(repo, entry.path.resolve(), reverse=True) is None:
+        upstream = info.applied_upstream or "the pinned source"
+        return AlreadyUpstream(f"{entry.path}: already applied upstream ({upstream}) at {where}", drop,
+                               "applied upstream (as it is)")
+    shown = fixed_differently(info, tree)
+    if shown:
+        return AlreadyUpstream(f"{entry.path}: fixed upstream (differently) at {where}: {shown} "
+                               f"(Applied-Upstream: {info.applied_upstream})", drop,
+                               f"fixed upstream (differently): {shown}")
+    corrupt = re.search(r"corrupt patch at line \d+", problem)
+    if corrupt:
+        return InputError(f"{entry.path}: {corrupt[0]}",
+                          "restore it from git, or recreate it with `build.py refresh` from its tree")
+    return Ds4xError(
+        f"{entry.path}: does not apply to {where}: {_where_it_fails(problem)}",
+        f"rebase it: `build.py apply --target {base.target.name}`, fix, commit, `build.py refresh`",
+    )
+
+
+@dataclass(frozen=True)
+class Applied:
+    entries: list[series.PatchEntry]  # applied as commits, in series order
+    upstream: dict[str, str]  # skipped patch name -> how upstream has it
+
+
+def apply_series(base: Base, tree: Path, layout: Layout, *, skip_upstream: bool = False,
+                 after_each: Callable[[Repo, series.PatchEntry], None] | None = None) -> Applied:
+    """Clone the base into `tree` and `git am` every patch, naming the one that
+    fails; with skip_upstream, a patch upstream has (AlreadyUpstream) is left out
+    instead. `after_each` runs after each patch's commit."""
     entries = series.parse_series(layout.series(base.target.name))
     gitops.clone_local(base.repo, tree, base.commit, shared=True)
+    applied = Applied(entries=[], upstream={})
     with gitops.open_repo(tree) as repo:
         gitops.run(repo, "update-ref", BASE_REF, base.commit)
         for number, entry in enumerate(entries, 1):
-            info = series.read_info(entry)
+            info = series.read_info(entry)  # a patch without DEP-3 fields is refused before it applies
             logger.info("  [%d/%d] apply %s", number, len(entries), entry.name)
             problem = gitops.apply_check(repo, entry.path.resolve())
             if problem is None:
                 gitops.am(repo, entry.path.resolve())
+                if after_each:
+                    after_each(repo, entry)
+                applied.entries.append(entry)
                 continue
-            if gitops.apply_check(repo, entry.path.resolve(), reverse=True) is None:
-                upstream = info.applied_upstream or "the pinned source"
-                raise Ds4xError(
-                    f"{entry.path}: already applied upstream ({upstream}) at {base.target.name} @ {base.commit[:12]}",
-                    f"delete line {entry.line} of {layout.series(base.target.name)}",
-                )
-            corrupt = re.search(r"corrupt patch at line \d+", problem)
-            if corrupt:
-                raise InputError(f"{entry.path}: {corrupt[0]}",
-                                 "restore it from git, or recreate it with `build.py refresh` from its tree")
-            raise Ds4xError(
-                f"{entry.path}: does not apply to {base.target.name} @ {base.commit[:12]}: {_where_it_fails(problem)}",
-                f"rebase it: `build.py apply --target {base.target.name}`, fix, commit, `build.py refresh`",
-            )
-    return entries
+            error = _refusal(repo, tree, entry, info, base, layout, problem)
+            if not (skip_upstream and isinstance(error, AlreadyUpstream)):
+                raise error
+            logger.info("  %s: %s", entry.name, error.how)
+            applied.upstream[entry.name] = error.how
+    return applied
 
 
 def add_overlay(base: Base, tree: Path, layout: Layout) -> dict[str, Path]:
@@ -90,22 +143,29 @@ def export_texts(tree: Path, stable: bool = True) -> list[str]:
         return gitops.format_patches(repo, BASE_REF, stable)
 
 
-def check(base: Base, layout: Layout) -> list[str]:
-    """Problems with a target's series: applies exactly, round-trips byte for byte, nothing unused."""
+@dataclass(frozen=True)
+class Checked:
+    problems: list[str]
+    upstream: dict[str, str]  # patches left out (skip_upstream): name -> how upstream has it
+
+
+def check(base: Base, layout: Layout, skip_upstream: bool = False) -> Checked:
+    """Problems with a target's series: applies exactly, round-trips byte for byte, nothing unused.
+    With skip_upstream (another release), a patch upstream has is left out and named instead."""
     problems: list[str] = []
+    listed = series.parse_series(layout.series(base.target.name))
+    with scratch_dir(f"ds4x-{base.target.name}-") as tmp:
+        applied = apply_series(base, tmp / "tree", layout, skip_upstream=skip_upstream)
+        texts = export_texts(tmp / "tree")
+    if len(texts) != len(applied.entries):
+        problems.append(f"{len(applied.entries)} patches in the series gave {len(texts)} commits (an empty patch?)")
+    for entry, text in zip(applied.entries, texts):
+        if entry.path.read_text(encoding="utf-8") != text:
+            problems.append(f"{entry.path}: re-export differs (run refresh and commit the result)")
     folder = layout.series(base.target.name).parent
-    with patched_tree(base, layout, with_overlay=False) as tree:
-        entries = series.parse_series(layout.series(base.target.name))
-        texts = export_texts(tree)
-        if len(texts) != len(entries):
-            problems.append(f"{len(entries)} patches in the series gave {len(texts)} commits (an empty patch?)")
-        for entry, text in zip(entries, texts):
-            if entry.path.read_text(encoding="utf-8") != text:
-                problems.append(f"{entry.path}: re-export differs (run refresh and commit the result)")
-        listed = {e.name for e in entries}
-        unused = sorted(p.name for p in folder.glob("*.patch") if p.name not in listed)
-        problems += [f"{folder / name}: not listed in series" for name in unused]
-    return problems
+    unused = sorted(p.name for p in folder.glob("*.patch") if p.name not in {e.name for e in listed})
+    problems += [f"{folder / name}: not listed in series" for name in unused]
+    return Checked(problems=problems, upstream=applied.upstream)
 
 
 def refresh(tree: Path, layout: Layout, target: str) -> list[str]:

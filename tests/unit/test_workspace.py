@@ -151,8 +151,9 @@ def test_patch_symlinked_from_outside_is_refused(capsys: pytest.CaptureFixture[s
 def test_wheel_into_an_unwritable_dist(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
     blocked = tmp_path / "file-not-folder"
     blocked.write_text("")
-    code, _, err = run(capsys, project, tmp_path, git_repo, "wheel", "--target", "demo", "--dist", str(blocked / "dist"))
-    assert code == 2 and f"--dist {blocked / 'dist'}: Not a directory" in err
+    with pytest.raises(SystemExit) as exit:  # refused by argparse, before any work
+        run(capsys, project, tmp_path, git_repo, "wheel", "--target", "demo", "--dist", str(blocked / "dist"))
+    assert exit.value.code == 2 and f"--dist: '{blocked / 'dist'}': {blocked} is a file, not a folder" in capsys.readouterr().err
 
 
 def test_patch_already_upstream_is_reported(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
@@ -182,13 +183,15 @@ def test_apply_refuses_existing_tree_and_leaves_none_on_failure(capsys: pytest.C
 def test_export_writes_upstream_ready_files_and_mbox(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
     make_patch(capsys, project, tmp_path, git_repo)
     out = tmp_path / "out"
-    assert run(capsys, project, tmp_path, git_repo, "export", "--target", "demo", "--output", str(out))[0] == 0
+    author = ("--author", "Jane Doe <jane@example.org>")
+    assert run(capsys, project, tmp_path, git_repo, "export", "--target", "demo", "--output", str(out), *author)[0] == 0
     (exported,) = out.iterdir()
     assert exported.name == "0001-demo-exact-lookup.patch"
     text = exported.read_text()
-    assert "Subject: [PATCH] demo: exact lookup" in text and " 1 file changed" in text
+    # the overlay file no patch imports goes into the last patch
+    assert "Subject: [PATCH] demo: exact lookup" in text and " 2 files changed" in text and "+++ b/demo/extra.py" in text
     mbox = tmp_path / "series.mbox"
-    assert run(capsys, project, tmp_path, git_repo, "export", "--target", "demo", "--mbox", str(mbox))[0] == 0
+    assert run(capsys, project, tmp_path, git_repo, "export", "--target", "demo", "--mbox", str(mbox), *author)[0] == 0
     assert mbox.read_text() == text
 
 
@@ -282,6 +285,6 @@ def test_check_newest_compares_a_git_pin_with_its_mirror(capsys: pytest.CaptureF
     (upstream / "demo/lookup.py").write_text("def find(name):\n    return name.endswith('.so')\n\n\nLIMIT = 1\n")
     git(upstream, "commit", "-qam", "upstream rewrites find")
     code, out, _ = run(capsys, project, tmp_path, git_repo, "check", "--newest")
-    assert code == 0 and re.fullmatch(r"demo: pinned \w{12}, newest \w{12}: does not apply: .*hunk at demo/lookup\.py:\d+\n",
+    assert code == 1 and re.fullmatch(r"demo: pinned \w{12}, newest \w{12}: does not apply: .*hunk at demo/lookup\.py:\d+\n",
                                       out), out
     assert (project / "pins.toml").read_text() == before

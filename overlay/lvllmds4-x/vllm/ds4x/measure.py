@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +39,10 @@ SCALE = 118  # e8m0 exponent of every block: small enough that random weights gi
 SLOWDOWN = 1.5  # a thread count this much slower than the best is worth a warning
 HELD = 2.2  # peak RAM per layer byte while lk_moe copies the weights in
 BATCHED_TOKENS = 8192  # the engine's max_num_batched_tokens, which sizes lk_moe's prefill groups
+MAX_JSON_BYTES = 16 * 2**20  # far above any config.json or routing statistics; /dev/zero is refused quickly
+MAX_K, MAX_SEQS = 16, 1024  # the token counts timed grow as their product
+MAX_BUDGET_S, MAX_GPU_MS = 86400, 60000  # a day of timing; a minute per step
+MAX_THREADS_PER_CORE = 8  # LK_THREADS above the core count is the trap measured; far above it, a typo
 DEFAULT_GPU_MS = 28.5  # the GPU side of DeepSeek-V4-Flash's K=2 step on an RTX 5090 (153.5 - 125.0 ms reported)
 
 
@@ -327,17 +332,68 @@ def cli(argv: list[str]) -> int:
         return e.exit_code
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return value
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object file (config.json, routing statistics) of at most
+    MAX_JSON_BYTES, in UTF-8, every number finite; `what` is the option."""
+    where = f"{what} {path}"
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+        if len(data) > MAX_JSON_BYTES:
+            raise MeasureError(f"{where}: larger than {MAX_JSON_BYTES >> 20} MiB; give the model's config.json")
+        found = json.loads(data.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+    except FileNotFoundError:
+        raise MeasureError(f"{where}: not found") from None
+    except IsADirectoryError:
+        raise MeasureError(f"{where}: a folder; give the JSON file in it") from None
+    except OSError as e:
+        raise MeasureError(f"{where}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise MeasureError(f"{where}: byte {e.start} is not UTF-8; give a JSON file") from None
+    except ValueError as e:
+        raise MeasureError(f"{where}: {str(e)[:150]}; give a JSON file") from None
+    if not isinstance(found, dict):
+        raise MeasureError(f"{where}: a JSON {type(found).__name__}, not an object")
+    return found
+
+
+def check_program(python: str, what: str = "--python") -> None:
+    """A program that exists and may be run (a name is looked up on PATH)."""
+    found = shutil.which(python)
+    if found is None:
+        why = "is not executable" if Path(python).is_file() else "not found"
+        raise MeasureError(f"{what} {python}: {why}; give a Python 3.12 with lk-moe installed")
+
+
 def check(args: argparse.Namespace) -> None:
     where = "measure"
-    if args.num_speculative_tokens < 1 or args.max_num_seqs < 1 or not 0 < args.budget < math.inf:
-        raise MeasureError(f"{where}: -k and --max-num-seqs must be >= 1, --budget a finite number > 0")
-    if len(args.gpu_ms) not in (1, args.num_speculative_tokens + 1) or not all(0 <= ms < math.inf for ms in args.gpu_ms):
-        raise MeasureError(f"{where}: --gpu-ms {' '.join(map(str, args.gpu_ms))}: one finite figure >= 0, or one per "
-                           f"depth 0..{args.num_speculative_tokens}")
-    if any(t < 1 for t in args.threads or ()):
-        raise MeasureError(f"{where}: --threads {args.threads}: every value must be >= 1")
+    if not (1 <= args.num_speculative_tokens <= MAX_K and 1 <= args.max_num_seqs <= MAX_SEQS):
+        raise MeasureError(f"{where}: -k must be in 1..{MAX_K}, --max-num-seqs in 1..{MAX_SEQS}")
+    if not 0 < args.budget <= MAX_BUDGET_S:  # NaN fails this too
+        raise MeasureError(f"{where}: --budget {args.budget}: give seconds in (0, {MAX_BUDGET_S}], e.g. 90")
+    if len(args.gpu_ms) not in (1, args.num_speculative_tokens + 1) or not all(0 <= ms <= MAX_GPU_MS for ms in args.gpu_ms):
+        raise MeasureError(f"{where}: --gpu-ms {' '.join(map(str, args.gpu_ms))[:60]}: one figure in 0..{MAX_GPU_MS} "
+                           f"ms, or one per depth 0..{args.num_speculative_tokens}")
+    most = MAX_THREADS_PER_CORE * (os.cpu_count() or 1)
+    if any(not 1 <= t <= most for t in args.threads or ()) or len(args.threads or ()) > 64:
+        raise MeasureError(f"{where}: --threads {' '.join(map(str, args.threads))[:60]}: up to 64 values in 1..{most} "
+                           f"({MAX_THREADS_PER_CORE} x the {os.cpu_count()} cores here)")
     if not all(0 < a < 1 for a in args.acceptance):
         raise MeasureError(f"{where}: --acceptance {args.acceptance}: rates in (0, 1), e.g. 0.39 0.89")
+    if args.profile_out.is_dir():
+        raise MeasureError(f"{where}: --profile-out {args.profile_out} is a folder; give a file name, e.g. "
+                           f"{args.profile_out / 'ds4x-step-cost.json'}")
     out = args.profile_out.resolve().parent
     if not out.is_dir() or not os.access(out, os.W_OK):
         raise MeasureError(f"{where}: --profile-out {args.profile_out}: folder {out} does not exist or is not writable")
@@ -348,6 +404,7 @@ def check(args: argparse.Namespace) -> None:
             import matplotlib  # noqa: F401
         except ImportError:
             raise MeasureError(f"{where}: --plot needs matplotlib: pip install matplotlib") from None
+    check_program(args.python)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -355,10 +412,10 @@ def main(args: argparse.Namespace) -> int:
     from .moe_placement import PlacementError, model_shape
 
     check(args)
+    config = read_json(args.config, "--config")
     try:
-        config = json.loads(args.config.read_text(encoding="utf-8"))
         shape = model_shape(config)
-    except (OSError, ValueError, KeyError, TypeError, PlacementError) as e:
+    except (KeyError, TypeError, PlacementError) as e:
         raise MeasureError(f"--config {args.config}: {e}") from None
     expert_dtype = str(config.get("expert_dtype", "fp4"))
     fmt = FORMATS.get(expert_dtype) if args.format == "auto" else args.format

@@ -180,10 +180,10 @@ def kv_cache_bytes(config: Mapping[str, Any], max_model_len: int, kv_dtype: str,
     keeps ceil(len / r) compressed entries, and ratio-4 layers an indexer key
     per entry. Draft layers keep the window only. Block rounding is ignored.
     """
-    per_token = kv_token_bytes(int(config.get("head_dim", 512)), kv_dtype)
-    window = int(config.get("sliding_window") or 0)
-    layers = int(config["num_hidden_layers"])
-    ratios = list(config.get("compress_ratios") or [0] * layers)[:layers]
+    per_token = kv_token_bytes(_optional(config, "head_dim", 512, low=1), kv_dtype)
+    window = _optional(config, "sliding_window", 0)
+    layers = _int_field(config, "num_hidden_layers", high=MAX_LAYER_INDEX + 1)
+    ratios = _ratios(config, layers)
     total = (layers + num_draft_layers) * min(window, max_model_len) * per_token
     for ratio in ratios:
         if ratio > 1:
@@ -201,6 +201,20 @@ def _int_field(c: Mapping[str, Any], name: str, low: int = 1, high: int = 1 << 2
     return value
 
 
+def _optional(c: Mapping[str, Any], name: str, default: int, low: int = 0, high: int = 1 << 24) -> int:
+    """An optional config.json integer (absent or null: `default`)."""
+    return default if c.get(name) is None else _int_field(c, name, low, high)
+
+
+def _ratios(c: Mapping[str, Any], layers: int) -> list[int]:
+    """compress_ratios: one integer >= 0 per layer (absent: none compressed)."""
+    ratios = c.get("compress_ratios") or [0] * layers
+    if not isinstance(ratios, list) or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r <= 1 << 20
+                                               for r in ratios):
+        raise PlacementError(f"config.json compress_ratios={repr(ratios)[:40]}: expected a list of integers >= 0")
+    return ratios[:layers]
+
+
 def _routed_experts(c: Mapping[str, Any]) -> int:
     """DeepSeek names them n_routed_experts; Qwen-MoE and most others num_experts."""
     name = "n_routed_experts" if c.get("n_routed_experts") is not None else "num_experts"
@@ -213,17 +227,18 @@ def _non_expert_bytes(c: Mapping[str, Any], layers: int) -> int:
     """Dense weights that always live on the GPU: bf16 embeddings and head, FP8
     (128x128 block scales) attention, shared experts, router, compressor and
     indexer. An estimate from the shapes, within a few percent."""
-    h, heads, hd = c["hidden_size"], c["num_attention_heads"], c.get("head_dim", 128)
-    q_lora, o_lora, groups = c.get("q_lora_rank") or h, c.get("o_lora_rank") or h, c.get("o_groups") or 1
+    h, heads, hd = c["hidden_size"], c["num_attention_heads"], _optional(c, "head_dim", 128, low=1)
+    q_lora, o_lora = _optional(c, "q_lora_rank", 0) or h, _optional(c, "o_lora_rank", 0) or h
+    groups = _optional(c, "o_groups", 0, high=1 << 16) or 1
     attention = h * q_lora + q_lora * heads * hd + h * hd + heads * hd * o_lora + groups * o_lora * h
-    shared = c.get("n_shared_experts", 0) * 3 * h * c["moe_intermediate_size"]
+    shared = _optional(c, "n_shared_experts", 0, high=1 << 16) * 3 * h * c["moe_intermediate_size"]
     router = _routed_experts(c) * h
     per_layer = attention + shared + router
-    ratios = list(c.get("compress_ratios") or [])[:layers]
-    idx_heads, idx_dim = c.get("index_n_heads", 0), c.get("index_head_dim", 0)
+    ratios = _ratios(c, layers)
+    idx_heads, idx_dim = _optional(c, "index_n_heads", 0, high=1 << 16), _optional(c, "index_head_dim", 0)
     compressor = sum(2 * h * hd * (2 if r == 4 else 1) for r in ratios if r > 1)
     indexer = sum(q_lora * idx_heads * idx_dim + h * idx_heads + 4 * h * idx_dim for r in ratios if r == 4)
-    embeddings = c["vocab_size"] * h * (1 if c.get("tie_word_embeddings") else 2)
+    embeddings = _int_field(c, "vocab_size") * h * (1 if c.get("tie_word_embeddings") else 2)
     fp8 = layers * per_layer + compressor + indexer
     return cast(int, embeddings * 2 + int(fp8 * EXPERT_BYTES_PER_PARAM["fp8"]))
 
@@ -239,14 +254,14 @@ def model_shape(config: Mapping[str, Any], expert_dtype: str | None = None, num_
         raise PlacementError(f"config.json num_experts_per_tok={config['num_experts_per_tok']} is more than its "
                              f"{_routed_experts(config)} routed experts")
     layers = int(config["num_hidden_layers"])
-    first_moe = int(config.get("first_k_dense_replace", 0))
+    first_moe = _optional(config, "first_k_dense_replace", 0, high=layers - 1)  # at least one MoE layer
     dtype = expert_dtype or str(config.get("expert_dtype", "fp4"))
     if dtype not in EXPERT_BYTES_PER_PARAM:
         raise PlacementError(f"expert dtype {dtype!r}: expected one of {', '.join(EXPERT_BYTES_PER_PARAM)}")
     params = 3 * config["hidden_size"] * config["moe_intermediate_size"]
     drafts = num_draft_layers
     if drafts is None:
-        drafts = int(config.get("n_mtp_layers") or config.get("num_nextn_predict_layers") or 0)
+        drafts = _optional(config, "n_mtp_layers", 0, high=64) or _optional(config, "num_nextn_predict_layers", 0, high=64)
     return ModelShape(
         num_layers=layers,
         moe_layers=tuple(range(first_moe, layers)),

@@ -1,0 +1,159 @@
+"""What the user hands us, checked before any work: the one reader for text
+files (pins.toml, series, patches) and the argparse types of the CLI. Each
+refusal is one line naming the input and the fix (InputError, exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import tempfile
+import zipfile
+from pathlib import Path
+
+from ds4x.errors import InputError
+
+MAX_TEXT_BYTES = 64 * 2**20  # far above any pin file, series or patch; a cap so /dev/zero cannot fill memory
+_SHOWN = 60  # longer values are cut in messages
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def shown(value: object, limit: int = _SHOWN) -> str:
+    """A value as Python writes it, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def read_text(path: Path, what: str = "", limit: int = MAX_TEXT_BYTES) -> str:
+    """A UTF-8 text file of at most `limit` bytes without NUL bytes; `what`
+    (e.g. "--pins ") prefixes the file in messages."""
+    where = f"{what}{path}"
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+    except FileNotFoundError:
+        raise InputError(f"{where}: not found", "give the path of an existing file") from None
+    except IsADirectoryError:
+        raise InputError(f"{where}: a folder, not a file", "give the path of the file") from None
+    except OSError as e:
+        raise InputError(f"{where}: {e.strerror}", "give a file you can read") from None
+    if len(data) > limit:
+        raise InputError(f"{where}: larger than {limit // 2**20} MiB", "give the right file") from None
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise InputError(f"{where}:{_line(data, nul)}: a NUL byte", "save it as UTF-8 text, without NUL")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{where}:{_line(data, e.start)}: byte 0x{data[e.start]:02x} is not UTF-8",
+                         "save the file as UTF-8") from None
+
+
+def _line(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+# ---- argparse types: each raises ArgumentTypeError, which argparse prints
+# with the option's name and exits 2, before any command runs
+
+
+def _bad(text: str, why: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(f"{shown(text, 160)}: {why}")
+
+
+def plain_value(text: str) -> str:
+    """A version or commit: not empty, no spaces or control characters."""
+    if not text or len(text) > 100 or text.strip() != text or any(c.isspace() for c in text) or _CONTROL.search(text):
+        raise _bad(text, "expected a version (e.g. 0.33.0) or a commit id, without spaces")
+    return text
+
+
+def existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise _bad(text, "is a folder; give a file" if path.is_dir() else "no such file")
+    return path
+
+
+def existing_folder(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise _bad(text, "is not a folder" if path.exists() else "no such folder")
+    return path
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why nothing can be made at `path` (None: it can). The nearest existing
+    folder above it is probed: a folder made and removed, since access() says
+    yes to root on /proc."""
+    folder = path.absolute().parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ds4x-probe-", dir=folder))
+    except OSError as e:
+        return f"{folder} is not writable ({e.strerror})"
+    return None
+
+
+def output_folder(text: str) -> Path:
+    """A folder to write into: an existing one, or one that can be made."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise _bad(text, "exists and is not a folder; give a folder")
+    why = _unwritable(path / "x")
+    if why:
+        raise _bad(text, f"{why}; give a folder you can write")
+    return path
+
+
+def output_file(text: str) -> Path:
+    """A file to write: not a folder, in an existing folder that can be
+    written (an existing file is refused later unless --force)."""
+    path = Path(text)
+    if path.is_dir():
+        raise _bad(text, "is a folder; give a file name")
+    if not path.absolute().parent.is_dir():
+        raise _bad(text, f"folder {path.parent} does not exist; create it or give another path")
+    why = _unwritable(path)
+    if why:
+        raise _bad(text, f"{why}; give another path")
+    return path
+
+
+def kernels(text: str) -> str:
+    """`source`, `wheel:URL`, or `wheel:PATH` of a wheel file (its name and zip checked)."""
+    if text == "source":
+        return text
+    where = text.removeprefix("wheel:")
+    if where == text or not where:
+        raise _bad(text, "expected source or wheel:PATH_OR_URL")
+    if "://" in where:
+        if _CONTROL.search(where) or " " in where:
+            raise _bad(text, "the URL holds spaces or control characters")
+        return text
+    try:
+        check_wheel(Path(where))
+    except InputError as e:
+        raise argparse.ArgumentTypeError(f"{e}; {e.hint}") from None
+    return text
+
+
+def check_wheel(path: Path, what: str = "") -> None:
+    """A wheel by its name (name-version-...-tag.whl) and its zip (a .dist-info/WHEEL)."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    where = f"{what}{path}"
+    if not path.is_file():
+        raise InputError(f"{where}: no such file", "give the path or URL of a .whl")
+    try:
+        parse_wheel_filename(path.name)
+        with zipfile.ZipFile(path) as zf:
+            if not any(n.count("/") == 1 and n.endswith(".dist-info/WHEEL") for n in zf.namelist()):
+                raise zipfile.BadZipFile("no .dist-info/WHEEL in it")
+    except InvalidWheelFilename:
+        raise InputError(f"{where}: not a wheel's file name", "give a .whl named name-version-tags.whl") from None
+    except (zipfile.BadZipFile, OSError) as e:
+        raise InputError(f"{where}: not a wheel ({str(e)[:80]})", "give a release wheel (.whl) of the fork") from None
