@@ -1,0 +1,97 @@
+"""ci/fork-gpu/report.py, the GPU harness's verdict, on case results written here:
+it fails closed. A case asked for that crashed, never reported or verified only K
+at low acceptance fails it, and so do lk_moe and drafter counters that show the
+graphs did not do what they must."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPORT = Path(__file__).resolve().parents[2] / "ci" / "fork-gpu" / "report.py"
+TOKENS = [[7, 8, 9], [7, 7, 7]]
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fork_gpu_report", REPORT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def case(graph: dict[str, int], drafter_after: dict[str, int] | None = None, **changes: Any) -> dict[str, Any]:
+    """A passing MoE case on model runner v2 that replayed these query lengths."""
+    result = {"ok": True, "tokens": TOKENS, "wall_s": 10, "init_s": 5,
+              "graphs": {"ModelCudaGraphManager": ["t1:r1:q1", "t2:r1:q2", "t3:r1:q3"]},
+              "replays": {"ModelCudaGraphManager": graph}, "decode_steps": {"graph": graph, "eager": {}},
+              "drafter_after": drafter_after if drafter_after is not None else dict(graph),
+              "lk_moe": {"_cpu_decode (capturing)": 6, "_cpu_prefill (prefill)": 2}, "spec_metrics": {}}
+    return {**result, **changes}
+
+
+def write(resdir: Path, results: dict[str, dict[str, Any]], asked: list[str]) -> Path:
+    for name, result in results.items():
+        (resdir / f"{name}.json").write_text(json.dumps(result))
+    (resdir / "asked").write_text(" ".join(asked) + "\n")
+    return resdir
+
+
+@pytest.fixture
+def passing() -> dict[str, dict[str, Any]]:
+    return {"moe-eager": {"ok": True, "tokens": TOKENS, "lk_moe": {"_cpu_decode (decode)": 40}},
+            "moe-phase02": case({"1": 20, "3": 5}),
+            "moe-adaptivelow": case({"1": 3, "3": 30})}
+
+
+def test_cases_that_did_what_they_must_pass(passing: dict[str, dict[str, Any]], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert load().main(write(tmp_path, passing, list(passing))) == 0
+    assert "3/3 cases pass" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("crashed", "moe-phase02: ok=False"),
+    ("never reported", "no result: crashed, killed by its time limit, or skipped for the budget"),
+    ("only K at low acceptance", "adaptive verified only K at low acceptance"),
+    ("tokens differ", "greedy tokens differ from the eager run: 1/2 equal"),
+    ("eager decode step", "eager decode steps {'3': 1}"),
+    ("_cpu_prefill in decode", "_cpu_prefill ran in 4 decode calls"),
+    ("cpu_decode not captured", "cpu_decode captured 0 times for 3 decode graphs"),
+    ("no drafter graphs after depth 0", "the drafter replayed no graph after a depth-0 step"),
+])
+def test_the_report_fails_closed(passing: dict[str, dict[str, Any]], how: str, message: str, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    results, asked = copy.deepcopy(passing), list(passing)
+    if how == "crashed":
+        results["moe-phase02"] = {"ok": False, "error": "RuntimeError('CUDA error')"}
+        message = "failed: RuntimeError('CUDA error')"
+    elif how == "never reported":
+        del results["moe-phase02"]
+    elif how == "only K at low acceptance":
+        results["moe-adaptivelow"] = case({"3": 33})
+    elif how == "tokens differ":
+        results["moe-phase02"]["tokens"] = [[7, 8, 9], [7, 7, 6]]
+    elif how == "eager decode step":
+        results["moe-phase02"]["decode_steps"]["eager"] = {"3": 1}
+    elif how == "_cpu_prefill in decode":
+        results["moe-phase02"]["lk_moe"]["_cpu_prefill (decode)"] = 4
+    elif how == "cpu_decode not captured":
+        results["moe-phase02"]["lk_moe"] = {}
+    elif how == "no drafter graphs after depth 0":
+        results["moe-phase02"]["drafter_after"] = {"3": 5}
+    assert load().main(write(tmp_path, results, asked)) == 1
+    out = capsys.readouterr().out
+    assert message in out and "FAIL" in out
+
+
+def test_no_list_of_cases_asked_for_fails(passing: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    write(tmp_path, passing, list(passing))
+    (tmp_path / "asked").unlink()
+    assert load().main(tmp_path) == 1
