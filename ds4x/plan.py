@@ -21,6 +21,7 @@ from ds4x.overlay import load_module
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples/deepseek-v4-flash/config.json"
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)?", re.I)
 MAX_SIZE = 2**50  # 1 PiB: above any GPU or RAM bandwidth a plan is for
+DSPARK_LAYERS = 3  # the draft layers DSpark ships with DeepSeek-V4-Flash (the README's configuration)
 _UNITS = {None: 1024**3, "gib": 1024**3, "gb": 10**9, "mib": 1024**2, "mb": 10**6}
 
 
@@ -99,14 +100,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-memory-utilization", type=fraction, default=0.92, help="vLLM's setting (default: 0.92)")
     p.add_argument("--max-model-len", type=count(1), default=1048576, help="tokens (default: 1048576)")
     p.add_argument("--kv-cache-dtype", default="fp8_ds_mla", choices=KV_DTYPES, help="default: fp8_ds_mla")
-    p.add_argument("--max-num-seqs", type=count(1), default=1, help="requests whose KV must fit (default: 1)")
+    p.add_argument("--max-num-seqs", type=count(1), default=2,
+                   help="requests decoding together; they share one max-model-len KV pool (default: 2)")
     p.add_argument("--tp", type=count(1), default=1, help="tensor-parallel size")
     p.add_argument("--pp", type=count(1), default=1, help="pipeline-parallel size")
-    p.add_argument("--draft-layers", type=count(0), help="MTP/DSpark layers (default: from the config; DSpark: 3)")
+    p.add_argument("--draft-layers", type=count(0), default=DSPARK_LAYERS,
+                   help=f"draft layers on the GPU's budget (default: {DSPARK_LAYERS}, DSpark's; MTP: 1, none: 0)")
     p.add_argument("--cpu-draft-layers", action="store_true", help="keep draft layers on the CPU")
     p.add_argument("--reserve", type=size, default=size("1.5GiB"), help="activations, CUDA graphs (default: 1.5GiB)")
     p.add_argument("--ram-bandwidth", type=positive_size, default=size("89.6GB"), help="bytes/s (default: 89.6GB, DDR5-5600 x2)")
-    p.add_argument("--verify-tokens", type=count(1), default=1, help="tokens per decode step (1 + draft depth)")
+    p.add_argument("--verify-tokens", type=count(1), help="tokens per request and decode step (default: 1 + K, -k below)")
     p.add_argument("--routing-stats", type=Path, help='JSON {"<layer>": [count per expert, ...]} to rank layers')
     p.add_argument("--plot", type=png, help="write a PNG of the decode ceiling against resident layers")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -148,17 +151,35 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         shape = mp.model_shape(config, num_draft_layers=args.draft_layers)
         plan = mp.budget(shape, gpu_bytes=args.gpu_mem, gpu_memory_utilization=args.gpu_memory_utilization,
                          max_model_len=args.max_model_len, kv_dtype=args.kv_cache_dtype,
-                         max_num_seqs=args.max_num_seqs, tp_size=args.tp, pp_size=args.pp,
+                         tp_size=args.tp, pp_size=args.pp,
                          reserve_bytes=args.reserve, draft_resident=not args.cpu_draft_layers)
     except (mp.PlacementError, KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         problem = f"missing field {e}" if isinstance(e, KeyError) else str(e)[:200]
         raise InputError(f"{args.config}: {problem}", "check the config.json and the plan options") from None
     routing = _routing(args.routing_stats, shape) if args.routing_stats else None
-    choice = mp.choose_auto(shape, max(plan.for_resident_layers, 0), args.tp, args.verify_tokens, routing)
-    ceiling = [mp.decode_ceiling(shape, n, args.ram_bandwidth, args.verify_tokens) for n in range(len(shape.moe_layers) + 1)]
+    tokens = verify_tokens(args)
+    choice = mp.choose_auto(shape, max(plan.for_resident_layers, 0), args.tp, tokens, routing)
+    ceiling = [mp.decode_ceiling(shape, n, args.ram_bandwidth, tokens) for n in range(len(shape.moe_layers) + 1)]
+    by_phase = {phase: mp.decode_ceiling(shape, len(choice.layers), args.ram_bandwidth, tokens, made)
+                for phase, made in tokens_made(args, tokens).items()}
     return {
-        "shape": shape, "budget": plan, "choice": choice, "ceiling": ceiling, "mp": mp,
+        "shape": shape, "budget": plan, "choice": choice, "ceiling": ceiling, "by_phase": by_phase, "mp": mp,
     }
+
+
+def verify_tokens(args: argparse.Namespace) -> int:
+    return int(args.verify_tokens or 1 + args.num_speculative_tokens)
+
+
+def tokens_made(args: argparse.Namespace, tokens: int) -> dict[str, float]:
+    """Tokens a request makes per step in each phase at --acceptance (given at depth K)."""
+    sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
+    k = args.num_speculative_tokens
+    made = {}
+    for phase, rate in zip(("reasoning", "answer"), args.acceptance):
+        p = sim.conditional(rate, k)
+        made[phase] = 1 + sum(p**i for i in range(1, tokens))
+    return made
 
 
 def table(args: argparse.Namespace, result: dict[str, Any]) -> str:
@@ -168,7 +189,8 @@ def table(args: argparse.Namespace, result: dict[str, Any]) -> str:
     rows = [
         ("GPU memory usable", f"{args.gpu_mem / gib:.2f} GiB x {args.gpu_memory_utilization} = {plan.usable / gib:.2f} GiB"),
         ("non-expert weights", f"{plan.non_expert / gib:.2f} GiB"),
-        (f"KV cache ({args.max_model_len} tokens, {args.kv_cache_dtype}, {args.max_num_seqs} seq)", f"{plan.kv_cache / gib:.2f} GiB"),
+        (f"KV cache ({args.max_model_len} tokens, {args.kv_cache_dtype}, shared by {args.max_num_seqs} seq)",
+         f"{plan.kv_cache / gib:.2f} GiB"),
         ("reserve (activations, graphs)", f"{plan.reserve / gib:.2f} GiB"),
         (f"draft layers ({shape.num_draft_layers}, {'CPU' if args.cpu_draft_layers else 'GPU'})", f"{plan.draft_layers / gib:.2f} GiB"),
         ("left for resident MoE layers", f"{plan.for_resident_layers / gib:.2f} GiB"),
@@ -178,10 +200,16 @@ def table(args: argparse.Namespace, result: dict[str, Any]) -> str:
         (f"decode ceiling, {fits} resident", f"{ceiling[fits]:.1f} tok/s ({ceiling[fits] / ceiling[0] - 1:+.1%})"
          if math.isfinite(ceiling[fits]) else "no RAM-bandwidth bound: no MoE layer is left on the CPU"),
     ]
+    if math.isfinite(ceiling[fits]):
+        rates = " / ".join(f"{r:.0%}" for r in args.acceptance)
+        made = " / ".join(f"{result['by_phase'][phase]:.1f}" for phase in ("reasoning", "answer"))
+        rows.append((f"  at --acceptance {rates} (reasoning / answer)", f"{made} tok/s"))
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
     lines.append(f"why: {choice.reason}")
-    lines.append(f"RAM bandwidth {args.ram_bandwidth / 1e9:.1f} GB/s, {args.verify_tokens} token(s) verified per step")
+    lines.append(f"RAM bandwidth {args.ram_bandwidth / 1e9:.1f} GB/s, {verify_tokens(args)} token(s) verified per request "
+                 f"and step; the decode ceilings count every verified token as accepted, the --acceptance row the "
+                 f"expected accepted ones")
     return "\n".join(lines)
 
 
@@ -230,7 +258,9 @@ def main(args: argparse.Namespace) -> int:
                           "reserve": plan.reserve, "draft_layers": plan.draft_layers,
                           "for_resident_layers": plan.for_resident_layers, "fits": plan.for_resident_layers >= 0,
                           "resident": list(choice.layers), "ceiling_all_cpu": _finite(result["ceiling"][0]),
-                          "ceiling_resident": _finite(result["ceiling"][len(choice.layers)])},
+                          "ceiling_resident": _finite(result["ceiling"][len(choice.layers)]),
+                          "acceptance": dict(zip(("reasoning", "answer"), args.acceptance)),
+                          "ceiling_resident_at_acceptance": {k: _finite(v) for k, v in result["by_phase"].items()}},
                          indent=2, allow_nan=False))
     else:
         print(table(args, result))
@@ -243,6 +273,6 @@ def main(args: argparse.Namespace) -> int:
         raise Ds4xError(
             f"the model does not fit: {need / gib:.2f} GiB needed (weights, KV cache, reserve, draft layers), "
             f"{plan.usable / gib:.2f} GiB usable on the GPU",
-            "lower --max-model-len or --max-num-seqs, use --cpu-draft-layers, raise --tp, or a larger GPU",
+            "lower --max-model-len, use --cpu-draft-layers, raise --tp, or a larger GPU",
         )
     return 0

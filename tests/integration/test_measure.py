@@ -37,7 +37,7 @@ def config(tmp_path: Path, **changes: object) -> Path:
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory, lk_python: Path) -> tuple[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("measure")
-    done = plan("--config", config(tmp), "--python", lk_python, "--threads", 1, 2, "--budget", 6,
+    done = plan("--config", config(tmp), "--python", lk_python, "--threads", 1, 2, "--budget", 10,
                 "--profile-out", tmp / "profile.json", cwd=tmp)
     assert done.returncode == 0, done.stderr
     return done.stdout, json.loads((tmp / "profile.json").read_text())
@@ -49,13 +49,14 @@ def test_curve_grows_with_tokens_and_the_sweep_ran_both_thread_counts(measured: 
     assert [run["threads"] for run in runs] == [1, 2]
     for run in runs:
         assert run["path"] == "cpu_prefill"  # no GPU here
-        assert [case["tokens"] for case in run["cases"]] == [1, 2, 3]  # 1..K+1, one request
+        assert [case["tokens"] for case in run["cases"]] == [1, 2, 3, 4, 6]  # 1..K+1 a request, 1 and 2 requests
         distinct = [case["distinct"] for case in run["cases"]]
         assert distinct[0] == 2 and distinct[0] < distinct[1] < distinct[2] <= 6  # top-2, fresh routing
     best = min(runs, key=lambda run: run["cases"][0]["ms"])
     assert profile["measured"]["lk_threads"] == best["threads"]
     ms = [case["ms"] for case in best["cases"]]
-    assert ms[2] > ms[0] and all(b >= 0.9 * a for a, b in itertools.pairwise(ms))  # cost follows distinct experts
+    # cost follows distinct experts: 1..3 tokens (one request) rise; 4 and 6 (two requests) cost more than 1
+    assert ms[2] > ms[0] and all(b >= 0.9 * a for a, b in itertools.pairwise(ms[:3])) and min(ms[3:]) > ms[0]
     slow = [run for run in runs if run["cases"][0]["ms"] > 1.5 * best["cases"][0]["ms"]]
     for run in slow:  # every jump is named with its numbers
         assert f"warning: LK_THREADS={run['threads']}:" in out
@@ -63,6 +64,9 @@ def test_curve_grows_with_tokens_and_the_sweep_ran_both_thread_counts(measured: 
     assert "curve at LK_THREADS" in out and "ms/step" in out
     for policy in ("fixed 0", "fixed 1", "fixed 2", "phase 1/2", "phase 0/2", "adaptive"):
         assert policy in profile["measured"]["predicted_tok_s"] and f"\n{policy} " in out
+    # plan's default --max-num-seqs 2: a prediction for the batch of two as well
+    assert set(profile["measured"]["predicted_tok_s_by_requests"]) == {"1", "2"}
+    assert "predicted, 2 running request(s)" in out
 
 
 def test_profile_is_what_the_adaptive_policy_starts_from(measured: tuple[str, dict[str, Any]]) -> None:

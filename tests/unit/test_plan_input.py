@@ -4,6 +4,9 @@ model that does not fit with exit 1 and the numbers; --json is strict JSON."""
 from __future__ import annotations
 
 import json
+import logging
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +84,7 @@ def test_does_not_fit_is_exit_1_with_the_numbers(capsys: pytest.CaptureFixture[s
     out, err = capsys.readouterr()
     plan = json.loads(out)
     assert plan["fits"] is False and plan["for_resident_layers"] < 0
-    assert "the model does not fit: 16.21 GiB needed" in err and "7.36 GiB usable" in err
+    assert "the model does not fit: 22.59 GiB needed" in err and "7.36 GiB usable" in err  # DSpark's 3 draft layers
     assert "--max-model-len" in err  # the knob to turn
 
 
@@ -113,3 +116,33 @@ def test_bad_routing_stats_name_their_file(capsys: pytest.CaptureFixture[str], t
     assert main(["plan", "--routing-stats", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"--routing-stats {path}: " in err and message in err
+
+
+def test_plan_and_the_engines_auto_call_one_budget(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`plan` at the user's settings (1M context, 0.92, two sequences, DSpark's 3 draft
+    layers) and the engine's `auto` (moe_residency.engine_budget, fed a vLLM config of the
+    same settings) give the same budget: the KV pool holds max_model_len once, and two
+    resident layers fit in 32 GB, as the user runs it."""
+    assert main(["plan", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["resident"] == [0, 1]
+    # the engine module imports vllm.ds4x and vllm.logger: the overlay package and a logger stand in
+    from ds4x.overlay import PACKAGE, load_module
+    load_module("lvllmds4-x/vllm/ds4x/moe_placement.py")
+    logger_module = types.ModuleType("vllm.logger")
+    logger_module.init_logger = logging.getLogger  # type: ignore[attr-defined]
+    for name, module in (("vllm", types.ModuleType("vllm")), ("vllm.ds4x", sys.modules[PACKAGE]),
+                         ("vllm.logger", logger_module)):
+        monkeypatch.setitem(sys.modules, name, module)
+    residency = load_module("lvllmds4-x/vllm/ds4x/moe_residency.py")
+    ns = types.SimpleNamespace
+    vllm_config = ns(
+        model_config=ns(hf_text_config=ns(to_dict=example), max_model_len=1048576),
+        speculative_config=ns(draft_model_config=ns(hf_config=ns(n_mtp_layers=3))),
+        cache_config=ns(gpu_memory_utilization=0.92, cache_dtype="fp8_ds_mla"),
+        parallel_config=ns(tensor_parallel_size=1, pipeline_parallel_size=1))
+    _, engine = residency.engine_budget(vllm_config, 32 * 2**30, draft_resident=True)
+    assert {k: getattr(engine, k) for k in ("usable", "non_expert", "kv_cache", "reserve", "draft_layers",
+                                            "for_resident_layers")} == {
+        k: plan[k] for k in ("usable", "non_expert", "kv_cache", "reserve", "draft_layers", "for_resident_layers")}

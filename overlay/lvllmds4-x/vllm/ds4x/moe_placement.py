@@ -319,15 +319,16 @@ def budget(
     gpu_memory_utilization: float,
     max_model_len: int,
     kv_dtype: str,
-    max_num_seqs: int = 1,
     tp_size: int = 1,
     pp_size: int = 1,
     reserve_bytes: int = int(1.5 * GIB),
     draft_resident: bool = True,
 ) -> Budget:
-    """Weights and KV are split across TP ranks and PP stages; layers per GPU are a layer's bytes / tp."""
+    """Weights and KV are split across TP ranks and PP stages; layers per GPU are a
+    layer's bytes / tp. The KV pool holds max_model_len tokens once, as vLLM sizes it:
+    concurrent sequences share it (and the engine's `auto` and `plan` both call this)."""
     split = tp_size * pp_size
-    kv = kv_cache_bytes(shape.raw, max_model_len, kv_dtype, shape.num_draft_layers) * max_num_seqs
+    kv = kv_cache_bytes(shape.raw, max_model_len, kv_dtype, shape.num_draft_layers)
     drafts = shape.num_draft_layers * shape.layer_bytes // tp_size if draft_resident else 0
     return Budget(
         usable=int(gpu_bytes * gpu_memory_utilization),
@@ -448,13 +449,15 @@ def place(
                      num_hidden_layers=shape.num_layers, explanation="as requested")
 
 
-def decode_ceiling(shape: ModelShape, resident_layers: int, ram_bytes_per_s: float, tokens: int = 1) -> float:
+def decode_ceiling(shape: ModelShape, resident_layers: int, ram_bytes_per_s: float, tokens: int = 1,
+                   made: float | None = None) -> float:
     """Tokens/s bound by RAM bandwidth: each CPU layer reads the distinct experts
-    a verify step touches (uniform routing); `tokens` tokens per step."""
+    a verify step of `tokens` tokens touches (uniform routing); a step makes
+    `made` tokens (default: every verified token accepted)."""
     cpu_layers = len(shape.moe_layers) - resident_layers
     distinct = expected_distinct([1 / shape.n_routed_experts] * shape.n_routed_experts, tokens, shape.top_k)
     per_step = cpu_layers * distinct * shape.expert_bytes
-    return math.inf if per_step == 0 else ram_bytes_per_s / per_step * tokens
+    return math.inf if per_step == 0 else ram_bytes_per_s / per_step * (tokens if made is None else made)
 
 
 def check_prefill_min_batch(min_batch: int, max_num_batched_tokens: int) -> None:

@@ -44,18 +44,15 @@ def routing_stats() -> dict[int, list[float]] | None:
         raise mp.PlacementError(f"{mp.ROUTING_ENV}={path!r}: {e}") from e
 
 
-def decide(vllm_config: Any, selection: mp.Selection, draft_resident: bool) -> mp.Placement:
-    """Size the budget from this GPU, place, explain."""
-    import torch
-
-    hf = vllm_config.model_config.hf_text_config.to_dict()
-    shape = mp.model_shape(hf, num_draft_layers=_draft_layers(vllm_config))
+def engine_budget(vllm_config: Any, gpu_bytes: int, draft_resident: bool) -> tuple[mp.ModelShape, mp.Budget]:
+    """The model's shape and GPU budget from the engine's own settings: the
+    inputs `plan` takes as options, into the same function."""
+    shape = mp.model_shape(vllm_config.model_config.hf_text_config.to_dict(),
+                           num_draft_layers=_draft_layers(vllm_config))
     parallel = vllm_config.parallel_config
-    spec = vllm_config.speculative_config
-    _, total = torch.cuda.mem_get_info()
-    plan = mp.budget(
+    return shape, mp.budget(
         shape,
-        gpu_bytes=total,
+        gpu_bytes=gpu_bytes,
         gpu_memory_utilization=vllm_config.cache_config.gpu_memory_utilization,
         max_model_len=vllm_config.model_config.max_model_len,
         kv_dtype=vllm_config.cache_config.cache_dtype,
@@ -63,6 +60,16 @@ def decide(vllm_config: Any, selection: mp.Selection, draft_resident: bool) -> m
         pp_size=parallel.pipeline_parallel_size,
         draft_resident=draft_resident,
     )
+
+
+def decide(vllm_config: Any, selection: mp.Selection, draft_resident: bool) -> mp.Placement:
+    """Size the budget from this GPU, place, explain."""
+    import torch
+
+    _, total = torch.cuda.mem_get_info()
+    shape, plan = engine_budget(vllm_config, total, draft_resident)
+    parallel = vllm_config.parallel_config
+    spec = vllm_config.speculative_config
     placement = mp.place(
         selection,
         shape,
