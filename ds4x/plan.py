@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ds4x import inputs, launch
 from ds4x.errors import Ds4xError, InputError
 from ds4x.overlay import load_module
 
@@ -113,6 +114,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--routing-stats", type=Path, help='JSON {"<layer>": [count per expert, ...]} to rank layers')
     p.add_argument("--plot", type=png, help="write a PNG of the decode ceiling against resident layers")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--launch", type=inputs.output_file, metavar="FILE",
+                   help="write a serving script from the plan (with --measure: LK_THREADS and the adaptive profile)")
+    p.add_argument("--model", help="the model folder the script serves (default: the folder of --config)")
+    p.add_argument("--check-launch", type=inputs.existing_file, metavar="FILE",
+                   help="check a serving script (generated or your own) against the plan at its settings")
     p.add_argument("--measure", action="store_true",
                    help="time lk_moe on this machine instead: cost curve per LK_THREADS, tok/s per draft-depth "
                         "policy, a step-cost profile for the adaptive policy (options below)")
@@ -249,8 +255,14 @@ def _finite(value: float) -> float | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.check_launch:
+        return check_launch(args)
+    profile = None
     if args.measure:
-        return measure(args)
+        done = measure(args)
+        if done or not args.launch:
+            return done
+        profile = json.loads(args.profile_out.read_text(encoding="utf-8"))
     result = compute(args)
     plan, choice = result["budget"], result["choice"]
     if args.json:
@@ -275,4 +287,21 @@ def main(args: argparse.Namespace) -> int:
             f"{plan.usable / gib:.2f} GiB usable on the GPU",
             "lower --max-model-len, use --cpu-draft-layers, raise --tp, or a larger GPU",
         )
+    if args.launch:
+        env, options = launch.lines(args, result, profile)
+        launch.write(args.launch, launch.script(str(args.model or args.config.parent), env, options))
+        print(f"launch script: {args.launch} (check an edited one with --check-launch)")
     return 0
+
+
+def check_launch(args: argparse.Namespace) -> int:
+    """Every disagreement between a serving script and the plan at its settings; 1 on an error."""
+    script = launch.read(args.check_launch)
+    errors, warnings = launch.check(script, args, placement_module(),
+                                    load_module("vllm-common/vllm/ds4x/draft_depth.py"))
+    for line in warnings:
+        print(f"warning: {line}")
+    for line in errors:
+        print(f"error: {line}")
+    print(f"{args.check_launch}: {len(errors)} error(s), {len(warnings)} warning(s)")
+    return 1 if errors else 0

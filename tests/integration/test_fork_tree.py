@@ -125,3 +125,15 @@ def test_fork_v1_dispatcher_has_a_graph_for_every_depth(fork_checks: dict[str, A
         assert out[policy]["mixed"] == "NONE"
     # a length without graphs is a mixed batch, never padded into another length's graph
     assert out["phase 1/2"]["dispatch"]["q1r2"].startswith("NONE")
+
+
+def test_the_launch_scripts_variables_are_read_by_the_fork(patched_fork: Path, tmp_path: Path) -> None:
+    """Every LVLLM_ variable `plan --launch` exports is read by the patched fork's Python."""
+    script = tmp_path / "serve.sh"
+    assert main(["plan", "--launch", str(script), "-q"]) == 0
+    from ds4x import launch
+
+    names = [name for name in launch.read(script).env if name.startswith("LVLLM_")]
+    assert names
+    source = "\n".join(p.read_text(errors="replace") for p in (patched_fork / "vllm").rglob("*.py"))
+    assert [name for name in names if name not in source] == []

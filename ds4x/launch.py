@@ -1,0 +1,188 @@
+"""The serving script `plan --launch` writes, and `plan --check-launch`'s read
+of any such script (generated or by hand): exported variables and `vllm serve`
+options against the plan and this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds4x.errors import InputError
+from ds4x.inputs import read_text
+
+LK_SHARE = 0.75  # measured here: 12 of 16 cores is fastest, 16 of 16 is 14x slower
+PHASE_02 = {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2}
+
+
+@dataclass(frozen=True)
+class Line:
+    """An exported variable or a `vllm serve` option, and where its value came from."""
+
+    name: str
+    value: str
+    why: str
+
+
+def lk_threads(profile: dict[str, Any] | None) -> tuple[int, str]:
+    if profile:
+        return int(profile["measured"]["lk_threads"]), "plan --measure: fastest of the LK_THREADS it timed"
+    cores = os.cpu_count() or 1
+    return max(1, int(cores * LK_SHARE)), (f"{LK_SHARE:.0%} of this machine's {cores} cores, untimed: "
+                                           f"plan --measure times it (all cores is the 14x cliff)")
+
+
+def lines(args: Any, result: dict[str, Any], profile: dict[str, Any] | None) -> tuple[list[Line], list[Line]]:
+    """(environment, options) of the serving command."""
+    plan, choice = result["budget"], result["choice"]
+    gib = 2**30
+    resident = ",".join(map(str, choice.layers)) or "none"
+    threads, threads_why = lk_threads(profile)
+    k = args.num_speculative_tokens
+    depth = profile["draft_depth"] if profile else PHASE_02
+    depth_why = ("plan --measure: adaptive from this machine's step costs" if profile else
+                 "phase 0/2: the best measured while reasoning, within noise answering (README, measured on the GPU)")
+    spec = {"method": "dspark", "num_speculative_tokens": k, "draft_depth": depth}
+    env = [
+        Line("LVLLM_MOE_NUMA_ENABLED", "1", "the fork runs the routed experts of CPU layers on lk_moe"),
+        Line("LVLLM_GPU_RESIDENT_MOE_LAYERS", resident,
+             f"plan: {len(choice.layers)} layer(s) fit the {plan.for_resident_layers / gib:.2f} GiB left on the GPU"),
+        Line("LK_THREADS", str(threads), threads_why),
+    ]
+    options = [
+        Line("--max-model-len", str(args.max_model_len), "plan --max-model-len"),
+        Line("--max-num-seqs", str(args.max_num_seqs), "plan --max-num-seqs"),
+        Line("--gpu-memory-utilization", str(args.gpu_memory_utilization), "plan --gpu-memory-utilization"),
+        Line("--kv-cache-dtype", args.kv_cache_dtype, "plan --kv-cache-dtype"),
+        Line("--tensor-parallel-size", str(args.tp), "plan --tp"),
+        Line("--pipeline-parallel-size", str(args.pp), "plan --pp"),
+        Line("--reasoning-parser", "deepseek_v4", "its end markers give the draft-depth policy its phase"),
+        Line("--speculative-config", json.dumps(spec), depth_why),
+        Line("--compilation-config", json.dumps({"cudagraph_mode": "FULL_DECODE_ONLY"}),
+             "full decode graphs, one per verify depth the policy uses"),
+    ]
+    return env, options
+
+
+def script(model: str, env: list[Line], options: list[Line]) -> str:
+    out = ["#!/usr/bin/env bash",
+           "# DeepSeek-V4-Flash on lk_moe, written by `python build.py plan --launch`; each value says where it",
+           "# came from. Check it after an edit (or a script of your own): python build.py plan --check-launch FILE",
+           "set -euo pipefail"]
+    out += [f"export {e.name}={shlex.quote(e.value)}  # {e.why}" for e in env]
+    out.append("args=(")
+    out += [f"  {o.name} {shlex.quote(o.value)}  # {o.why}" for o in options]
+    out.append(")")
+    out.append(f'exec vllm serve {shlex.quote(model)} "${{args[@]}}" "$@"')
+    return "\n".join(out) + "\n"
+
+
+def write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.chmod(0o755)
+    os.replace(tmp, path)
+
+
+# ---- reading a script
+
+
+@dataclass(frozen=True)
+class Launch:
+    env: dict[str, str]
+    options: dict[str, str]
+
+
+def read(path: Path) -> Launch:
+    """Exported variables and the `--option value` pairs anywhere in the script
+    (an args array or one long command line alike); comments dropped."""
+    text = read_text(path, "--check-launch ", 1 << 20)
+    try:
+        tokens = shlex.split(text, comments=True)
+    except ValueError as e:
+        raise InputError(f"--check-launch {path}: {e}", "give a shell script with balanced quotes") from None
+    env, options = {}, {}
+    for i, token in enumerate(tokens):
+        if i and tokens[i - 1] == "export" and "=" in token:
+            name, _, value = token.partition("=")
+            env[name] = value
+        elif token.startswith("--"):
+            name, eq, value = token.partition("=")
+            following = tokens[i + 1] if i + 1 < len(tokens) else ""
+            options[name] = value if eq else ("" if following.startswith("--") or following == ")" else following)
+    return Launch(env, options)
+
+
+def check(launch: Launch, args: Any, mp: Any, draft_depth: Any) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of a script against the plan at its own settings."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    cores = os.cpu_count() or 1
+    threads = launch.env.get("LK_THREADS")
+    if threads is None:
+        warnings.append("LK_THREADS is not set: lk_moe picks its own; plan --measure says which is fastest")
+    elif not threads.isdigit() or not 0 < int(threads) < cores:
+        errors.append(f"LK_THREADS={threads} on {cores} cores: all cores (or more) is the 14x cliff; "
+                      f"leave some free, e.g. {max(1, int(cores * LK_SHARE))} (plan --measure times it)")
+    _check_memory(launch, args, mp, errors)
+    _check_depth(launch, draft_depth, errors, warnings)
+    return errors, warnings
+
+
+def _check_memory(launch: Launch, args: Any, mp: Any, errors: list[str]) -> None:
+    """The plan at the script's own memory settings, and its resident layers against it."""
+    from ds4x import plan as planning
+
+    settings = {"--max-model-len": ("max_model_len", int), "--gpu-memory-utilization": ("gpu_memory_utilization", float),
+                "--kv-cache-dtype": ("kv_cache_dtype", str), "--tensor-parallel-size": ("tp", int),
+                "--pipeline-parallel-size": ("pp", int)}
+    for option, (field, kind) in settings.items():
+        if option in launch.options:
+            try:
+                setattr(args, field, kind(launch.options[option]))
+            except ValueError:
+                errors.append(f"{option} {launch.options[option]!r} is not a {kind.__name__}")
+                return
+    result = planning.compute(args)
+    budget = result["budget"]
+    if budget.for_resident_layers < 0:
+        errors.append(f"at --max-model-len {args.max_model_len}, --gpu-memory-utilization {args.gpu_memory_utilization}"
+                      f" the model does not fit ({-budget.for_resident_layers / 2**30:.2f} GiB short on --gpu-mem)")
+        return
+    value = launch.env.get(mp.LAYERS_ENV)
+    try:
+        selection = mp.parse_layers(value)
+    except mp.PlacementError as e:
+        errors.append(str(e))
+        return
+    fit, moe_layers = len(result["choice"].layers), len(result["shape"].moe_layers)
+    asked = moe_layers if selection.mode == "all" else len(selection.layers)
+    if selection.mode != "auto" and asked > fit:
+        errors.append(f"{mp.LAYERS_ENV}={value}: {asked} resident layers, only {fit} fit "
+                      f"({budget.for_resident_layers / 2**30:.2f} GiB left at these settings)")
+
+
+def _check_depth(launch: Launch, draft_depth: Any, errors: list[str], warnings: list[str]) -> None:
+    raw = launch.options.get("--speculative-config")
+    if raw is None:
+        warnings.append("no --speculative-config: no draft depth policy, no speculation")
+        return
+    try:
+        spec = json.loads(raw)
+        k = int(spec["num_speculative_tokens"])
+        config = draft_depth.DraftDepthConfig.from_dict(spec.get("draft_depth"), k)
+    except (ValueError, KeyError, TypeError, draft_depth.DraftDepthError) as e:
+        errors.append(f"--speculative-config: {str(e)[:200]}")
+        return
+    mode = json.loads(launch.options.get("--compilation-config") or "{}").get("cudagraph_mode")
+    if mode != "FULL_DECODE_ONLY":
+        warnings.append(f"cudagraph_mode {mode or 'unset'}: decode steps verify in full graphs only with "
+                        f"FULL_DECODE_ONLY (--compilation-config)")
+    chosen = set(config.phase_depths(k).values()) if config.policy == "phase" else set()
+    missing = chosen - set(config.verify_depths(k))
+    if missing:
+        warnings.append(f"draft_depth.graph_depths {sorted(config.verify_depths(k))} lacks the depths the policy "
+                        f"chooses {sorted(missing)}: those steps verify the next graph depth up")

@@ -1,0 +1,48 @@
+"""`plan --launch`'s `vllm serve` arguments parse with the patched vLLM's own
+argument parser and its draft-depth check (the CPU engine venv), and lk_moe reads
+the LK_THREADS the script sets."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from ds4x.cli import main
+from tests.unit.test_launch import run_script
+
+PARSE = """
+import json, sys
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm.ds4x.draft_depth import DraftDepthConfig
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[2:] + ["--model", sys.argv[1]])
+engine = AsyncEngineArgs.from_cli_args(args)
+spec = engine.speculative_config
+DraftDepthConfig.from_dict(spec["draft_depth"], spec["num_speculative_tokens"])
+print(json.dumps({"max_model_len": engine.max_model_len, "max_num_seqs": engine.max_num_seqs,
+                  "method": spec["method"], "cudagraph_mode": str(engine.compilation_config.cudagraph_mode),
+                  "reasoning_parser": args.reasoning_parser}))
+"""
+
+
+def test_the_serve_arguments_parse_with_vllms_own_parser(engine_python: Path, tmp_path: Path) -> None:
+    script = tmp_path / "serve.sh"
+    assert main(["plan", "--launch", str(script), "--model", "/models/DeepSeek-V4-Flash", "-q"]) == 0
+    argv = run_script(script, tmp_path)
+    done = subprocess.run([engine_python, "-c", PARSE, *argv[1:]], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert '"max_model_len": 1048576' in done.stdout and '"method": "dspark"' in done.stdout
+    assert "FULL_DECODE_ONLY" in done.stdout and '"reasoning_parser": "deepseek_v4"' in done.stdout
+    # the same parser refuses a misspelt option: the check above could fail
+    bad = subprocess.run([engine_python, "-c", PARSE, argv[1], "--max-num-seq", "2"], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert bad.returncode != 0
+
+
+def test_lk_moe_reads_lk_threads(lk_python: Path) -> None:
+    """LK_THREADS is read inside lk_moe's compiled module, not by the fork's Python."""
+    find = "import importlib.util, os; print(os.path.dirname(importlib.util.find_spec('lk_moe').origin))"
+    where = subprocess.run([lk_python, "-c", find], capture_output=True, text=True, check=True).stdout.strip()
+    binaries = [p for p in Path(where).rglob("*.so*") if p.is_file()]
+    assert binaries and any(b"LK_THREADS" in p.read_bytes() for p in binaries)

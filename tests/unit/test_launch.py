@@ -1,0 +1,84 @@
+"""`plan --launch` writes a serving script that runs and that `plan --check-launch`
+passes; `--check-launch` names what a hand-written script gets wrong: the LK_THREADS
+cliff, resident layers over the budget, memory settings that do not fit, a draft
+depth that vLLM would refuse; exit 1 on an error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ds4x import launch
+from ds4x.cli import main
+
+SPEC = '{"method": "dspark", "num_speculative_tokens": 2, "draft_depth": {"policy": "phase", "reasoning_depth": 0}}'
+
+
+def run_script(script: Path, tmp_path: Path) -> list[str]:
+    """The script run with a `vllm` on PATH that records its arguments (the server is not here)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "vllm"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path / "argv"}\nenv > {tmp_path / "env"}\n')
+    fake.chmod(0o755)
+    subprocess.run(["bash", str(script)], check=True, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    return (tmp_path / "argv").read_text().splitlines()
+
+
+def test_the_generated_script_runs_and_passes_its_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "serve.sh"
+    assert main(["plan", "--launch", str(script), "--model", "/models/DeepSeek-V4-Flash"]) == 0
+    assert os.access(script, os.X_OK)
+    argv = run_script(script, tmp_path)
+    assert argv[:2] == ["serve", "/models/DeepSeek-V4-Flash"]
+    options = dict(zip(argv[2::2], argv[3::2]))
+    assert options["--max-model-len"] == "1048576" and options["--max-num-seqs"] == "2"
+    spec = json.loads(options["--speculative-config"])
+    assert spec["method"] == "dspark" and spec["draft_depth"] == launch.PHASE_02
+    env = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
+    assert env["LVLLM_GPU_RESIDENT_MOE_LAYERS"] == "0,1"  # what plan says fits
+    assert 0 < int(env["LK_THREADS"]) < (os.cpu_count() or 1) or (os.cpu_count() or 1) == 1
+    assert launch.read(script).options == options  # the reader sees what bash passes
+    capsys.readouterr()
+    assert main(["plan", "--check-launch", str(script)]) == (1 if (os.cpu_count() or 1) == 1 else 0)
+
+
+def hand_written(tmp_path: Path, threads: int, layers: str = "0,1", util: str = "0.92", spec: str = SPEC) -> Path:
+    path = tmp_path / "mine.sh"
+    path.write_text(f"""#!/bin/bash
+export LVLLM_MOE_NUMA_ENABLED=1
+export LVLLM_GPU_RESIDENT_MOE_LAYERS={layers}   # my layers
+export LK_THREADS={threads}
+vllm serve /models/DeepSeek-V4-Flash --max-model-len 1048576 --max-num-seqs 2 \\
+  --gpu-memory-utilization {util} --kv-cache-dtype fp8_ds_mla \\
+  --speculative-config '{spec}' --compilation-config '{{"cudagraph_mode": "FULL_DECODE_ONLY"}}'
+""")
+    return path
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"threads": os.cpu_count() or 1}, f"LK_THREADS={os.cpu_count() or 1} on {os.cpu_count() or 1} cores: all cores"),
+    ({"layers": "0-5"}, "LVLLM_GPU_RESIDENT_MOE_LAYERS=0-5: 6 resident layers, only 2 fit"),
+    ({"layers": "0,x"}, "LVLLM_GPU_RESIDENT_MOE_LAYERS"),
+    ({"util": "0.5"}, "the model does not fit"),
+    ({"spec": '{"method": "dspark", "num_speculative_tokens": 2, "draft_depth": {"policy": "fast"}}'},
+     "--speculative-config: speculative_config.draft_depth.policy='fast'"),
+])
+def test_check_launch_names_each_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, object],
+                                       message: str) -> None:
+    settings: dict[str, object] = {"threads": 1, **changes}
+    script = hand_written(tmp_path, **settings)  # type: ignore[arg-type]
+    assert main(["plan", "--check-launch", str(script)]) == 1
+    out = capsys.readouterr().out
+    assert any(line.startswith("error: ") and message in line for line in out.splitlines()), out
+
+
+def test_a_plan_that_does_not_fit_writes_no_script(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "serve.sh"
+    assert main(["plan", "--gpu-mem", "8GiB", "--launch", str(script)]) == 1
+    assert not script.exists() and not list(tmp_path.iterdir())
+    assert "the model does not fit" in capsys.readouterr().err
