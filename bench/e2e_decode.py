@@ -108,11 +108,16 @@ def check(res: Results) -> None:
             tokens = {json.dumps(c["tokens"]) for p in res.policies for c in cells.get((phase, n, p), [])}
             if len(tokens) > 1:
                 res.problems.append(f"{phase} x{n}: greedy tokens differ between cells ({len(tokens)} variants)")
-    steps = res.spec.get("decode_steps", {})
-    if sum(steps.get("eager", {}).values()):
-        res.problems.append(f"eager decode steps: {steps['eager']}")
-    if missing := {"1", "2", "3"} - set(steps.get("graph", {})):
-        res.problems.append(f"no graph replayed at query length(s) {sorted(missing)}")
+    for run, lengths in ((res.nospec, {"1"}), (res.spec, {"1", "2", "3"})):
+        steps = run.get("decode_steps", {})
+        if sum(steps.get("eager", {}).values()):
+            res.problems.append(f"{run.get('mode')}: eager decode steps: {steps['eager']}")
+        if missing := lengths - set(steps.get("graph", {})):
+            res.problems.append(f"{run.get('mode')}: no graph replayed at query length(s) {sorted(missing)}")
+    check_depths(res, cells)
+    tokens = {c["tokens"] for r in res.profile.get("measured", {}).get("runs", []) for c in r.get("cases", [])}
+    if need := {n * (d + 1) for n in requests for d in range(K + 1)} - tokens:
+        res.problems.append(f"measure.json: no layer timing for {sorted(need)} tokens")
     if not res.spec.get("drafter_after", {}).get("1"):
         res.problems.append("the drafter replayed no graph after depth-0 steps")
     for run in (res.nospec, res.spec):
@@ -123,6 +128,28 @@ def check(res: Results) -> None:
         want = res.spec.get("acceptance_set", {}).get(phase)
         if got is None or want is None or abs(got - want) > ACCEPTANCE_SLACK:
             res.problems.append(f"{phase}: acceptance at depth {K} measured {got}, set {want}")
+
+
+def verified_depth(policy: str, phase: str) -> str | None:
+    """The one depth a policy verifies in a phase of phase-pure batches (None: adaptive)."""
+    if policy == NO_SPEC:
+        return "0"
+    if policy.startswith("fixed "):
+        return policy.split()[1]
+    if policy.startswith("phase "):
+        reasoning, answer = policy.split()[1].split("/")
+        return reasoning if phase == "reasoning" else answer
+    return None
+
+
+def check_depths(res: Results, cells: dict[tuple[str, int, str], list[dict[str, Any]]]) -> None:
+    """Each cell verified what its policy says: a policy swap that did not take shows here."""
+    for (phase, n, policy), runs in sorted(cells.items()):
+        want = verified_depth(policy, phase)
+        for cell in runs:
+            if want is not None and set(cell["steps"]) != {want}:
+                res.problems.append(f"{phase} x{n} {policy} round {cell['round']}: steps at depths "
+                                    f"{sorted(cell['steps'])}, expected only {want}")
 
 
 def acceptance(cells: dict[tuple[str, int, str], list[dict[str, Any]]], phase: str) -> float | None:

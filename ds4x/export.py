@@ -20,6 +20,7 @@ from ds4x.scratch import scratch_dir
 from ds4x.sources import Base
 
 _IMPORT = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import\s+\(?([\w\s,]*)|import\s+([\w.]+(?:\s*,\s*[\w.]+)*))")
+_OPEN = re.compile(r"^\s*from\s+\S+\s+import\s+\(")
 _AUTHOR = re.compile(r"[^<>\n]*[^<>\s] <[^<>\s]+>")
 
 
@@ -29,7 +30,7 @@ def imported_modules(lines: Iterable[str], package: str | None = None) -> set[st
     `package`, and is skipped without one (patch lines: the overlay is never
     beside an upstream file)."""
     found: set[str] = set()
-    for line in lines:
+    for line in _statements(lines):
         match = _IMPORT.match(line)
         if match is None:
             continue
@@ -42,6 +43,23 @@ def imported_modules(lines: Iterable[str], package: str | None = None) -> set[st
         found.add(module)
         found.update(f"{module}.{name}" for name in re.findall(r"\w+", match[2]) if name != "as")
     return found
+
+
+def _statements(lines: Iterable[str]) -> Iterable[str]:
+    """Lines, with a parenthesised `from M import (` joined up to its `)`."""
+    pending: str | None = None
+    for line in lines:
+        if pending is not None:
+            pending += " " + line.strip()
+            if ")" in line:
+                yield pending
+                pending = None
+        elif _OPEN.match(line) and ")" not in line:
+            pending = line.rstrip()
+        else:
+            yield line
+    if pending is not None:
+        yield pending
 
 
 def _absolute(module: str, package: str | None) -> str | None:

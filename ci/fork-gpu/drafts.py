@@ -1,8 +1,9 @@
 """Set draft acceptance: each draft a v2 speculator proposes (EAGLE, DFlash, DSpark)
 is kept with the probability its token's group is given, else replaced by a token
 the target never emits, so it is rejected. Applied eagerly after propose(), outside
-the drafter's own graph, and never while a graph is captured; lossless like any
-draft, since the target verifies it."""
+the drafter's own graph, and never while a graph is captured. Lossless under
+greedy decoding, as any draft the target verifies (with temperature > 0 the
+rejection sampler would weigh the swapped token by the drafter's probabilities)."""
 
 import torch
 

@@ -62,9 +62,12 @@ def engine_args() -> dict:
 
 
 class StepLog:
-    """The scheduler's schedule() calls: (time, longest query, requests, new requests?)."""
+    """The scheduler's schedule() calls: (time, longest query, requests, new requests?).
+    With async scheduling vLLM schedules a step before the one before it has run, so
+    the gap between two calls is the run of the step `lag` - 1 calls earlier."""
 
-    def __init__(self, scheduler) -> None:
+    def __init__(self, scheduler, lag: int) -> None:
+        self.lag = lag
         self.steps: list[tuple[float, int, int, bool]] = []
         schedule = scheduler.schedule
 
@@ -81,7 +84,10 @@ class StepLog:
         """Seconds from each decode step to the next within [start, end], by its verified depth."""
         inside = [s for s in self.steps if start <= s[0] <= end]
         out: dict[str, list[float]] = {}
-        for (t, q, _, new), (t_next, *_) in pairwise(inside):
+        for i, ((t, *_), (t_next, *_)) in enumerate(pairwise(inside)):
+            if i < self.lag - 1:
+                continue  # the step that ran is from before the window
+            _, q, _, new = inside[i - (self.lag - 1)]
             if not new and 1 <= q <= K + 1:
                 out.setdefault(str(q - 1), []).append(t_next - t)
         return out
@@ -160,7 +166,7 @@ def main() -> dict:
               "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
               "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
-    log = StepLog(scheduler)
+    log = StepLog(scheduler, lag=2 if result["async_scheduling"] else 1)
     counters.reset()
     drafts.active = True
     texts = prompts(AutoTokenizer.from_pretrained(MODELS / "target"))
@@ -180,7 +186,7 @@ def main() -> dict:
                     cell.update(round=round_, phase=phase, requests=n, policy=name,
                                 draft_tokens=after[0] - before[0], accepted_tokens=after[1] - before[1])
                     result["cells"].append(cell)
-                    print(f"cell {round_} {phase} x{n} {name}: {cell['tok_s']:.2f} tok/s, steps "
+                    print(f"cell {round_} {phase} x{n} {name}: {cell['tok_s'] or 0:.2f} tok/s, steps "
                           f"{ {d: round(s['median_ms'], 1) for d, s in cell['steps'].items()} }", flush=True)
                     write({**result, **counters.report(managers)})
     return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm)}

@@ -81,6 +81,12 @@ def broken(runs: tuple[dict[str, Any], dict[str, Any]], how: str) -> tuple[dict[
             c["accepted_tokens"] *= 0.5
     elif how == "no drafter graphs at depth 0":
         spec["drafter_after"] = {}
+    elif how == "policy swap did not take":
+        for c in spec["cells"]:
+            if c["policy"] == "fixed 1":
+                c["steps"] = {"2": c["steps"]["1"]}
+    elif how == "no-speculation baseline ran eagerly":
+        nospec["decode_steps"]["eager"] = {"1": 3}
     return nospec, spec
 
 
@@ -91,6 +97,8 @@ def broken(runs: tuple[dict[str, Any], dict[str, Any]], how: str) -> tuple[dict[
     ("eager decode step", "eager decode steps"),
     ("acceptance off", "reasoning: acceptance at depth 2 measured 0.2"),
     ("no drafter graphs at depth 0", "the drafter replayed no graph after depth-0 steps"),
+    ("policy swap did not take", "reasoning x1 fixed 1 round 0: steps at depths ['2'], expected only 1"),
+    ("no-speculation baseline ran eagerly", "nospec: eager decode steps"),
 ])
 def test_the_report_fails_closed(runs: tuple[dict[str, Any], dict[str, Any]], how: str, message: str,
                                  tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

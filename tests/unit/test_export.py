@@ -46,9 +46,11 @@ def make_patch(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path
 
 def test_imports_resolve_absolute_relative_and_submodules() -> None:
     lines = ["from vllm.ds4x.draft_depth import DraftDepthConfig", "    from vllm.ds4x import moe_residency",
-             "from . import depth_sim", "from .moe_placement import (ModelShape,", "import json, vllm.ds4x.x as y"]
+             "from . import depth_sim", "from .moe_placement import (ModelShape,", "    Budget)",
+             "from vllm.ds4x import (", "    spec_scheduling,", ")", "import json, vllm.ds4x.x as y"]
     assert imported_modules(lines, "vllm.ds4x") >= {
-        "vllm.ds4x.draft_depth", "vllm.ds4x.moe_residency", "vllm.ds4x.depth_sim", "vllm.ds4x.moe_placement", "json"}
+        "vllm.ds4x.draft_depth", "vllm.ds4x.moe_residency", "vllm.ds4x.depth_sim", "vllm.ds4x.moe_placement", "json",
+        "vllm.ds4x.spec_scheduling"}  # a parenthesised import over several lines names its modules too
     assert "vllm.ds4x.moe_placement" not in imported_modules(lines)  # a patch line has no package to be relative to
 
 

