@@ -3,6 +3,7 @@ the phase split in /metrics, and a per-request depth that is refused by name."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,3 +41,16 @@ def test_streamed_phases_and_their_depths(server: str) -> None:
 def test_bad_request_depth_is_refused_by_name(server: str) -> None:
     with pytest.raises(RuntimeError, match=r"extra_args.draft_depth=5: expected an integer in 0..2"):
         stream_chat(server, "tiny", PROMPT, max_tokens=4, extra={"vllm_xargs": {"draft_depth": 5}})
+
+
+def test_every_dashboard_metric_is_served(server: str) -> None:
+    """The Grafana and Perses dashboards ask only for metrics this server exports."""
+    import urllib.request
+
+    from tests.unit.test_dashboards import METRIC, queries
+
+    root = server.rstrip("/").removesuffix("/v1")
+    with urllib.request.urlopen(f"{root}/metrics", timeout=30) as response:
+        exported = set(re.findall(r"^(vllm:[a-z_]+)", response.read().decode(), re.M))
+    asked = {name for query in queries() for name in METRIC.findall(query)}
+    assert asked and asked <= exported, sorted(asked - exported)

@@ -17,9 +17,12 @@ Acceptance rate while reasoning::
     rate(vllm:spec_decode_num_accepted_tokens_by_phase_total{phase="reasoning"}[5m]) /
     rate(vllm:spec_decode_num_draft_tokens_by_phase_total{phase="reasoning"}[5m])
 
-Mean depth::
+Mean verified depth while reasoning (drafts verified per request step)::
 
-    sum by (depth) (rate(vllm:spec_decode_depth_total[5m]) * depth) / sum(rate(vllm:spec_decode_depth_total[5m]))
+    rate(vllm:spec_decode_num_draft_tokens_by_phase_total{phase="reasoning"}[5m]) /
+    rate(vllm:spec_decode_num_drafts_by_phase_total{phase="reasoning"}[5m])
+
+Dashboards over these (Grafana, Perses): examples/dashboards in the ds4x repository.
 """
 
 from dataclasses import dataclass, field
