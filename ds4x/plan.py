@@ -11,6 +11,8 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -123,6 +125,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time lk_moe on this machine instead: cost curve per LK_THREADS, tok/s per draft-depth "
                         "policy, a step-cost profile for the adaptive policy (options below)")
     measure_module().add_arguments(p.add_argument_group("--measure"), shared=False)
+    p.set_defaults(python=None)  # plan finds (or makes) a Python with lk_moe itself
 
 
 def _load_json(path: Path, what: str) -> dict[str, Any]:
@@ -242,11 +245,29 @@ def plot(path: Path, ceiling: list[float], fits: int) -> None:
 def measure(args: argparse.Namespace) -> int:
     if args.json:
         raise InputError("--json does not apply to --measure", "read the profile it writes (--profile-out), JSON")
+    if args.python is None:  # not given: this Python if it has lk_moe, else the cached venv
+        args.python = sys.executable if _imports_lk_moe(sys.executable) else _lk_python()
     module = measure_module()
     try:
         return int(module.main(args))
     except module.MeasureError as e:
         raise Ds4xError(str(e), exit_code=e.exit_code) from None
+
+
+def _imports_lk_moe(python: str) -> bool:
+    return subprocess.run([python, "-c", "import lk_moe, numpy"], capture_output=True).returncode == 0
+
+
+def _lk_python() -> str:
+    """No --python and this one lacks lk_moe: the lk_moe venv in the ds4x cache, made once."""
+    from ds4x import lkvenv, sources
+
+    print("lk_moe is not in this Python: using (or making) its venv in the ds4x cache", file=sys.stderr)
+    python = lkvenv.ensure(sources.default_cache())
+    if python is None:
+        raise Ds4xError("plan --measure needs lk_moe, whose wheels are for CPython 3.12 only, and no 3.12 was found",
+                        lkvenv.HOW)
+    return str(python)
 
 
 def _finite(value: float) -> float | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ds4x import pins, sources
+from ds4x import lkvenv, pins, sources
 from ds4x.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,36 +140,11 @@ def engine_json(python: Path, script: str, *args: object, timeout: int = 900, en
     return dict(json.loads(stdout.strip().splitlines()[-1]))
 
 
-LK_MOE_PACKAGES = ["lk-moe==2.3.3", "numpy", "ml_dtypes"]
-
-
-def python312() -> tuple[list[str], dict[str, str]] | None:
-    """A command and environment that start CPython 3.12."""
-    env = dict(os.environ)
-    if shutil.which("python3.12") and subprocess.run(["python3.12", "-V"], capture_output=True).returncode == 0:
-        return ["python3.12"], env
-    if shutil.which("pyenv"):
-        bare = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True).stdout.split()
-        for version in (v for v in bare if v.startswith("3.12")):
-            env["PYENV_VERSION"] = version
-            if subprocess.run(["python3.12", "-V"], env=env, capture_output=True).returncode == 0:
-                return ["python3.12"], env
-    return None
-
-
 @pytest.fixture(scope="session")
 def lk_python() -> Path:
-    """A Python 3.12 venv with lk_moe (cp312 wheels only), kept in the ds4x cache;
-    3.12 found through PATH or pyenv, never a hard-coded path."""
-    venv = sources.default_cache() / "venvs" / "lk-moe-2.3.3"
-    python = venv / "bin" / "python"
-    if python.exists() and subprocess.run([python, "-c", "import lk_moe"], capture_output=True).returncode == 0:
-        return python
-    found = python312()
-    if found is None:
+    """A Python 3.12 venv with lk_moe (cp312 wheels only), kept in the ds4x cache
+    (ds4x.lkvenv, as plan --measure makes it)."""
+    python = lkvenv.ensure(sources.default_cache())
+    if python is None:
         pytest.skip(reason="lk_moe needs CPython 3.12 (cp312 wheels only); none on PATH or in pyenv")
-    command, env = found
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([*command, "-m", "venv", str(venv)], env=env, check=True)
-    subprocess.run([python, "-m", "pip", "install", "-q", *LK_MOE_PACKAGES], check=True)
     return python

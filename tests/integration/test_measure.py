@@ -116,3 +116,12 @@ def test_a_python_without_lk_moe_is_named(tmp_path: Path) -> None:
     done = plan("--config", config(tmp_path), "--python", sys.executable, "--budget", 1, cwd=tmp_path)
     assert (done.returncode, done.stdout) == (2, "")
     assert f"--python {sys.executable} cannot import lk_moe and numpy" in done.stderr
+
+
+def test_measure_without_python_uses_the_cached_lk_moe_venv(lk_python: Path, tmp_path: Path) -> None:
+    """This Python has no lk_moe: plan --measure takes the venv ds4x keeps for it."""
+    done = plan("--config", config(tmp_path), "--threads", 1, "--budget", 2, "--profile-out", tmp_path / "p.json",
+                cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "using (or making) its venv in the ds4x cache" in done.stderr
+    assert json.loads((tmp_path / "p.json").read_text())["measured"]["runs"]
