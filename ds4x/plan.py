@@ -245,8 +245,7 @@ def plot(path: Path, ceiling: list[float], fits: int) -> None:
 def measure(args: argparse.Namespace) -> int:
     if args.json:
         raise InputError("--json does not apply to --measure", "read the profile it writes (--profile-out), JSON")
-    if args.python is None:  # not given: this Python if it has lk_moe, else the cached venv
-        args.python = sys.executable if _imports_lk_moe(sys.executable) else _lk_python()
+    args.find_python = _find_python  # measure calls it when --python was not given, after checking every input
     module = measure_module()
     try:
         return int(module.main(args))
@@ -254,14 +253,12 @@ def measure(args: argparse.Namespace) -> int:
         raise Ds4xError(str(e), exit_code=e.exit_code) from None
 
 
-def _imports_lk_moe(python: str) -> bool:
-    return subprocess.run([python, "-c", "import lk_moe, numpy"], capture_output=True).returncode == 0
-
-
-def _lk_python() -> str:
-    """No --python and this one lacks lk_moe: the lk_moe venv in the ds4x cache, made once."""
+def _find_python() -> str:
+    """No --python: this one if it has lk_moe, else the lk_moe venv in the ds4x cache, made once."""
     from ds4x import lkvenv, sources
 
+    if subprocess.run([sys.executable, "-c", "import lk_moe, numpy"], capture_output=True).returncode == 0:
+        return sys.executable
     print("lk_moe is not in this Python: using (or making) its venv in the ds4x cache", file=sys.stderr)
     python = lkvenv.ensure(sources.default_cache())
     if python is None:

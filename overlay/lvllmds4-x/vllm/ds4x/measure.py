@@ -404,7 +404,8 @@ def check(args: argparse.Namespace) -> None:
             import matplotlib  # noqa: F401
         except ImportError:
             raise MeasureError(f"{where}: --plot needs matplotlib: pip install matplotlib") from None
-    check_program(args.python)
+    if args.python is not None:  # None: the caller finds one once every input is checked (plan: find_python)
+        check_program(args.python)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -429,6 +430,8 @@ def main(args: argparse.Namespace) -> int:
         raise MeasureError(f"one {fmt} layer of this shape is {need / 2**30:.2f} GiB, {HELD * need / 2**30:.2f} GiB "
                            f"while lk_moe copies it in; {free / 2**30:.2f} GiB of RAM is available (90% usable): "
                            f"free memory, or measure on the serving machine", 1)
+    if args.python is None:
+        args.python = args.find_python()
     check_python(args.python)
     threads = sorted(set(args.threads or thread_counts(os.cpu_count() or 1)))
     print(f"lk_moe layer: {spec['experts']} experts, top-{spec['top_k']}, hidden {spec['hidden']}, intermediate "
