@@ -55,6 +55,7 @@ class Results:
         self.nospec = self._engine(resdir / "e2e-nospec.json")
         self.spec = self._engine(resdir / "e2e-spec.json")
         self.policies = [NO_SPEC, *sim.policies(K)]
+        self.cells = self._by_cell()
 
     def _read(self, path: Path) -> dict[str, Any]:
         try:
@@ -74,7 +75,7 @@ class Results:
     def ok(self) -> bool:
         return bool(self.profile and self.nospec and self.spec)
 
-    def cells(self) -> dict[tuple[str, int, str], list[dict[str, Any]]]:
+    def _by_cell(self) -> dict[tuple[str, int, str], list[dict[str, Any]]]:
         """(phase, requests, policy) -> the cells of every round."""
         out: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
         for run in (self.nospec, self.spec):
@@ -94,7 +95,7 @@ def check(res: Results) -> None:
     if not res.ok:
         return
     rounds = {mode: {c["round"] for c in run.get("cells", [])} for mode, run in (("nospec", res.nospec), ("spec", res.spec))}
-    cells = res.cells()
+    cells = res.cells
     phases, requests = sorted({k[0] for k in cells}), sorted({k[1] for k in cells})
     if not phases or not requests:
         res.problems.append("no cells measured")
@@ -131,15 +132,15 @@ def check(res: Results) -> None:
 
 
 def verified_depth(policy: str, phase: str) -> str | None:
-    """The one depth a policy verifies in a phase of phase-pure batches (None: adaptive)."""
+    """The one depth a policy verifies in a phase of phase-pure batches, from its
+    draft_depth config as the scheduler rounds it (None: adaptive chooses)."""
     if policy == NO_SPEC:
         return "0"
-    if policy.startswith("fixed "):
-        return policy.split()[1]
-    if policy.startswith("phase "):
-        reasoning, answer = policy.split()[1].split("/")
-        return reasoning if phase == "reasoning" else answer
-    return None
+    config = sim.dd.DraftDepthConfig.from_dict(sim.policies(K)[policy], K)
+    if config.policy == "adaptive":
+        return None
+    chosen = config.phase_depths(K)[phase] if config.policy == "phase" else K
+    return str(sim.dd.batch_depth_table(config.verify_depths(K), K)[chosen])
 
 
 def check_depths(res: Results, cells: dict[tuple[str, int, str], list[dict[str, Any]]]) -> None:
@@ -165,7 +166,7 @@ def spread(values: list[float]) -> str:
 
 def rate_table(res: Results, phase: str, n: int) -> tuple[list[str], dict[str, float]]:
     """Lines, and the median tok/s of each policy."""
-    cells = res.cells()
+    cells = res.cells
     base = {c["round"]: c["tok_s"] for c in cells[phase, n, BASELINE]}
     lines = [f"{'policy':<15} {'tok/s median [range]':>24} {'vs fixed 2 (same round)':>24}"]
     medians = {}
@@ -180,7 +181,7 @@ def rate_table(res: Results, phase: str, n: int) -> tuple[list[str], dict[str, f
 
 def step_ms(res: Results, n: int, policy: str, depth: int, phases: tuple[str, ...] = PHASES) -> float:
     """Median over the rounds (and phases) of the cells' median step at this verified depth."""
-    cells = res.cells()
+    cells = res.cells
     return float(statistics.median(c["steps"][str(depth)]["median_ms"] for phase in phases
                                    for c in cells[phase, n, policy] if str(depth) in c["steps"]))
 
@@ -212,7 +213,7 @@ def predictions(res: Results, n: int, seconds: list[float], measured: dict[str, 
     """depth_sim against the measurement for each phase, fed the measured step of
     each depth (= the CPU curve plus the measured rest), both phases pooled as plan
     would take them, and also that phase's own steps; lines and misses (pooled)."""
-    cells = res.cells()
+    cells = res.cells
     tokens = int(res.spec["tokens_per_request"])
     noise = noise_floor(measured)
     lines = [f"{'policy':<12} {'phase':<10} {'measured':>9} {'predicted':>10} {'error':>7}   "
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stand-in: {spec['layers']} MoE layers, lk_moe bf16 experts at LK_THREADS={spec['lk_threads']}, "
               f"{spec['tokens_per_request']} tokens a request, {1 + max(c['round'] for c in spec['cells'])} rounds, "
               f"async scheduling {spec['async_scheduling']}; engine start {res.nospec['init_s']} / {spec['init_s']} s")
-        cells = res.cells()
+        cells = res.cells
         print("acceptance at depth 2 (vLLM's metrics): " + ", ".join(
             f"{phase} {acceptance(cells, phase):.3f} (set {spec['acceptance_set'][phase]})"
             for phase in PHASES))

@@ -80,13 +80,6 @@ def script(model: str, env: list[Line], options: list[Line]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.chmod(0o755)
-    os.replace(tmp, path)
-
-
 # ---- reading a script
 
 

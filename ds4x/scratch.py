@@ -39,3 +39,18 @@ def build_aside(dest: Path, fill: Callable[[Path], None]) -> None:
         shutil.rmtree(part, ignore_errors=True)
         raise
     os.replace(part, dest)
+
+
+def write_text_aside(dest: Path, text: str, mode: int | None = None) -> None:
+    """Write `dest` as build_aside makes a folder: into `.<name>.part` beside it,
+    then renamed into place (`mode`: its permission bits), so a reader never sees
+    half a file and a failed write leaves none."""
+    part = dest.with_name(f".{dest.name}.part")
+    try:
+        part.write_text(text, encoding="utf-8")
+        if mode is not None:
+            part.chmod(mode)
+        os.replace(part, dest)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise

@@ -27,7 +27,7 @@ from wheel.wheelfile import WheelFile
 from ds4x import __version__
 from ds4x.digest import sha256_file
 from ds4x.errors import Ds4xError
-from ds4x.scratch import scratch_dir
+from ds4x.scratch import scratch_dir, write_text_aside
 
 PROVENANCE = "ds4x_provenance.json"
 
@@ -193,7 +193,5 @@ def write_constraints(dist: Path, built: list[Built], removed: Sequence[Path] = 
         lines[b.project] = f"{b.project}=={b.version} --hash=sha256:{b.sha256}"
     text = "# ds4x wheels, pinned by hash: pip install -c dist/constraints.txt ...\n"
     text += "".join(f"{lines[k]}\n" for k in sorted(lines))
-    tmp = path.with_name(".constraints.txt.part")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_aside(path, text)
     return path
