@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ds4x import __version__, inputs, log, pins
 from ds4x.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Ds4xError, InputError, Terminated
 from ds4x.log import logger
+from ds4x.scratch import atomic_write
 
 if TYPE_CHECKING:
     from ds4x import sources, workspace
@@ -119,7 +120,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     base = sources.fetch(target, _settings(args))
     texts = export.upstream_texts(base, _layout(args), author)
     if args.mbox:
-        args.mbox.write_text("".join(texts), encoding="utf-8")
+        with atomic_write(args.mbox) as out:
+            out.write("".join(texts))
         print(f"{args.mbox}: {len(texts)} patches")
         return 0
     out = args.output or args.pins.parent / "dist" / "patches" / target.name
@@ -213,13 +215,8 @@ def cmd_roll(args: argparse.Namespace) -> int:
         rolled = roll.apply(target, args.to, _settings(args), layout, tree)
     for name, status in rolled.statuses:
         print(f"  {name}: {status}")
-    staged = roll.stage_pin(args.pins, target, rolled)  # checked before any patch file changes
-    try:
+    with roll.staged_pin(args.pins, target, rolled):  # checked before the patches change, in place after
         workspace.refresh(tree, layout, target.name)
-    except BaseException:
-        staged.unlink()
-        raise
-    os.replace(staged, args.pins)
     if rolled.pin is None:
         assert rolled.git is not None
         pinned = f"commit {rolled.git.commit}"

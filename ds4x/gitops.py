@@ -125,7 +125,7 @@ class _Bar(RemoteProgress):
 def fetch_commit(url: str, dest: Path, commit: str) -> None:
     """Shallow, blob-filtered fetch of exactly `commit`; blobs come lazily
     for the sparse checkout only."""
-    dest.mkdir(parents=True)
+    dest.mkdir(parents=True, exist_ok=True)  # an empty folder made by atomic_dir, or none
     with Repo.init(dest) as repo:
         repo.git.update_environment(**IDENTITY)
         repo.create_remote("origin", url)

@@ -8,6 +8,7 @@ import argparse
 import os
 import re
 import tempfile
+import urllib.parse
 import zipfile
 from pathlib import Path
 
@@ -124,7 +125,8 @@ def output_file(text: str) -> Path:
 
 
 def kernels(text: str) -> str:
-    """`source`, `wheel:URL`, or `wheel:PATH` of a wheel file (its name and zip checked)."""
+    """`source`, `wheel:URL` (`#sha256=HEX` pins its file), or `wheel:PATH` of a
+    wheel file (its name and zip checked)."""
     if text == "source":
         return text
     where = text.removeprefix("wheel:")
@@ -133,12 +135,33 @@ def kernels(text: str) -> str:
     if "://" in where:
         if _CONTROL.search(where) or " " in where:
             raise _bad(text, "the URL holds spaces or control characters")
+        url, sep, fragment = where.partition("#")
+        if sep and not re.fullmatch(r"sha256=[0-9a-fA-F]{64}", fragment):
+            raise _bad(text, "after the URL, expected #sha256= and the wheel's 64 hex digits, or nothing")
+        if not _is_wheel_name(url_file_name(url)):
+            raise _bad(text, "the URL does not end in a wheel's file name (name-version-tags.whl)")
         return text
     try:
         check_wheel(Path(where))
     except InputError as e:
         raise argparse.ArgumentTypeError(f"{e}; {e.hint}") from None
     return text
+
+
+def url_file_name(url: str) -> str:
+    """The file name a URL's path ends in, %-decoded (`%2B` is `+`) before the last
+    `/` is found, so that an encoded `/` cannot make it a path."""
+    return Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).name
+
+
+def _is_wheel_name(name: str) -> bool:
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        parse_wheel_filename(name)
+    except InvalidWheelFilename:
+        return False
+    return True
 
 
 def check_wheel(path: Path, what: str = "") -> None:

@@ -20,7 +20,7 @@ from typing import Any
 from ds4x import inputs, launch
 from ds4x.errors import Ds4xError, InputError
 from ds4x.overlay import load_module
-from ds4x.scratch import write_text_aside
+from ds4x.scratch import atomic_path
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples/deepseek-v4-flash/config.json"
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)?", re.I)
@@ -308,7 +308,9 @@ def main(args: argparse.Namespace) -> int:
         )
     if args.launch:
         env, options = launch.lines(args, result, profile)
-        write_text_aside(args.launch, launch.script(str(args.model or args.config.parent), env, options), 0o755)
+        with atomic_path(args.launch) as part:
+            part.write_text(launch.script(str(args.model or args.config.parent), env, options), encoding="utf-8")
+            part.chmod(0o755)
         print(f"launch script: {args.launch} (check an edited one with --check-launch)")
     return 0
 

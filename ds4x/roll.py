@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from ds4x import gitops, pins, series, sources, workspace
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger
 from ds4x.pins import Artifact, GitPin, Target
+from ds4x.scratch import atomic_path
 
 # The pinned base's commit in a conflicted tree: `git am --3way` finds each
 # patch's preimage blobs there and merges, instead of stopping at the hunk.
@@ -194,9 +197,23 @@ def _inline(artifact: Artifact) -> str:
             f'filename = "{artifact.filename}", sha256 = "{artifact.sha256}" }}')
 
 
-def stage_pin(path: Path, target: Target, rolled: Rolled) -> Path:
-    """pins.toml with the target's new pin (comments kept) at `<path>.part`,
-    checked by loading it: the caller renames it into place."""
+@contextmanager
+def staged_pin(path: Path, target: Target, rolled: Rolled) -> Iterator[Path]:
+    """pins.toml with the target's new pin (comments kept), written aside and
+    checked by loading it before the block runs (so before any patch file
+    changes); it replaces `path` when the block ends well, and is gone if it fails."""
+    text = _pinned_text(path, target, rolled)
+    with atomic_path(path) as part:
+        part.write_text(text, encoding="utf-8")
+        written = pins.load(part).get(target.name)
+        if ((rolled.pin is not None and getattr(written, rolled.kind) != rolled.pin)
+                or written.kernels_wheel != rolled.kernels or written.git != rolled.git):
+            raise Ds4xError(f"{path}: the new pin did not land in [targets.{target.name}]", "edit the pin by hand")
+        yield part
+
+
+def _pinned_text(path: Path, target: Target, rolled: Rolled) -> str:
+    """pins.toml's text with the target's table holding the new pin."""
     text = path.read_text(encoding="utf-8")
     header = re.search(rf"(?m)^\[targets\.{re.escape(target.name)}\][ \t]*$", text)
     if header is None:
@@ -224,14 +241,4 @@ def stage_pin(path: Path, target: Target, rolled: Rolled) -> Path:
             version = rf"(?<![\d.]){re.escape(old.version)}(?![\d.])"  # 0.27.1 in "v0.27.1", not in "0.27.10"
             table = setting("description", json.dumps(re.sub(version, rolled.pin.version, target.description)),
                             table)
-    part = path.with_name(path.name + ".part")
-    part.write_text(text[:header.end()] + table + text[end:], encoding="utf-8")
-    try:
-        written = pins.load(part).get(target.name)
-        if ((rolled.pin is not None and getattr(written, rolled.kind) != rolled.pin)
-                or written.kernels_wheel != rolled.kernels or written.git != rolled.git):
-            raise Ds4xError(f"{path}: the new pin did not land in [targets.{target.name}]", "edit the pin by hand")
-    except BaseException:
-        part.unlink()
-        raise
-    return part
+    return text[:header.end()] + table + text[end:]

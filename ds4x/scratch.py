@@ -1,4 +1,6 @@
-"""Scratch folders that never outlive the operation that made them."""
+"""Scratch folders that never outlive the operation that made them, and the one
+way ds4x replaces a file or a folder: built aside, then renamed into place, so
+a reader, or the next run, sees the old one whole or the new one whole."""
 
 from __future__ import annotations
 
@@ -6,9 +8,10 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO, Any, Literal
 
 
 @contextmanager
@@ -28,29 +31,64 @@ def scratch_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def build_aside(dest: Path, fill: Callable[[Path], None]) -> None:
-    """Make `dest` by filling `dest.part`, then renaming it into place: an
-    interrupted or failed build leaves nothing the next run would trust."""
+@contextmanager
+def atomic_path(dest: Path) -> Iterator[Path]:
+    """Where to write `dest`: renamed onto it when the block ends well, removed
+    when it fails. The path has `dest`'s own name (WheelFile reads it), in a
+    hidden `.<name>.part-<random>/` folder beside `dest`: the same file system,
+    so the rename is atomic, and a name of its own for each concurrent writer."""
+    with scratch_dir(f".{dest.name}.part-", dest.parent) as folder:
+        yield folder / dest.name
+        os.replace(folder / dest.name, dest)
+
+
+@contextmanager
+def atomic_write(dest: Path, mode: Literal["w", "wb"] = "w") -> Iterator[IO[Any]]:
+    """`dest` open for writing (UTF-8 text, or bytes with "wb") at atomic_path's
+    path, closed and renamed into place when the block ends well."""
+    with atomic_path(dest) as part, part.open(mode, encoding=None if mode == "wb" else "utf-8") as out:
+        yield out
+
+
+@contextmanager
+def atomic_dir(dest: Path) -> Iterator[Path]:
+    """An empty folder, `<dest>.part`, that replaces the folder `dest` whole when
+    the block ends well; the old `dest` is removed only once the new one is in
+    place. A failed or interrupted block removes the `.part` and leaves `dest`
+    untouched."""
     part = dest.with_name(dest.name + ".part")
-    shutil.rmtree(part, ignore_errors=True)
+    _recover(dest)
+    shutil.rmtree(part, ignore_errors=True)  # a killed run's
     try:
-        fill(part)
-    except BaseException:
+        part.mkdir(parents=True)
+        yield part
+        _swap_in(part, dest)
+    finally:
         shutil.rmtree(part, ignore_errors=True)
-        raise
-    os.replace(part, dest)
 
 
-def write_text_aside(dest: Path, text: str, mode: int | None = None) -> None:
-    """Write `dest` as build_aside makes a folder: into `.<name>.part` beside it,
-    then renamed into place (`mode`: its permission bits), so a reader never sees
-    half a file and a failed write leaves none."""
-    part = dest.with_name(f".{dest.name}.part")
+def _old(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".old")
+
+
+def _swap_in(new: Path, dest: Path) -> None:
+    """Two renames (a folder cannot be renamed onto a full one): `dest` aside
+    to `<dest>.old`, `new` to `dest`; an interrupt between them puts `dest` back."""
+    old = _old(dest)
     try:
-        part.write_text(text, encoding="utf-8")
-        if mode is not None:
-            part.chmod(mode)
-        os.replace(part, dest)
+        if dest.exists():
+            os.replace(dest, old)
+        os.replace(new, dest)
     except BaseException:
-        part.unlink(missing_ok=True)
+        _recover(dest)
         raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _recover(dest: Path) -> None:
+    """After a swap that was killed halfway: the old folder back if no new one
+    took its place, else gone."""
+    old = _old(dest)
+    if old.exists() and not dest.exists():
+        os.replace(old, dest)
+    shutil.rmtree(old, ignore_errors=True)

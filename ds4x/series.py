@@ -106,11 +106,13 @@ def file_name(subject: str) -> str:
     return f"{words[:60].rstrip('-')}.patch"
 
 
-def write_series(series: Path, names: list[str]) -> None:
-    """Keep the leading comment block (the why), rewrite the list."""
+def write_series(series: Path, names: list[str], header_from: Path | None = None) -> None:
+    """Keep the leading comment block (the why) of `header_from` (default: the
+    series itself), rewrite the list."""
+    source = header_from or series
     header = []
-    if series.exists():
-        for line in series.read_text(encoding="utf-8").splitlines():
+    if source.exists():
+        for line in source.read_text(encoding="utf-8").splitlines():
             if not line.startswith("#"):
                 break
             header.append(line)

@@ -25,14 +25,14 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from ds4x import gitops, inputs, proc
 from ds4x.digest import BLOCK, sha256_file
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger, progress, step
 from ds4x.pins import Artifact, Target
-from ds4x.scratch import build_aside
+from ds4x.scratch import atomic_dir, atomic_write
 
 T = TypeVar("T")
 MIRRORS_ENV = "DS4X_MIRRORS"
@@ -266,40 +266,66 @@ def release(artifact: Artifact, version: str | None = None) -> Artifact:
     return Artifact(project=artifact.project, version=str(newest), filename=name, sha256=sha256)
 
 
-def _stream(url: str, part: Path, label: str) -> str:
-    """Download to `part`, hashing as it goes; returns the sha256. A transient
-    failure starts the file again (a few times, with growing pauses)."""
-    part.parent.mkdir(parents=True, exist_ok=True)
+def _attempt(url: str, out: IO[bytes], label: str) -> str:
+    """One try at `url` into `out`, from its start, hashing as it goes; the sha256."""
+    out.seek(0)
+    out.truncate()
+    digest = hashlib.sha256()
+    with (urllib.request.urlopen(url, timeout=120) as response,
+          progress(int(response.headers.get("Content-Length") or 0) or None, label) as bar):
+        for block in iter(lambda: response.read(BLOCK), b""):
+            out.write(block)
+            digest.update(block)
+            bar.update(len(block))
+    return digest.hexdigest()
 
-    def attempt() -> str:
-        digest = hashlib.sha256()
-        with (urllib.request.urlopen(url, timeout=120) as response, part.open("wb") as out,
-              progress(int(response.headers.get("Content-Length") or 0) or None, label) as bar):
-            for block in iter(lambda: response.read(BLOCK), b""):
-                out.write(block)
-                digest.update(block)
-                bar.update(len(block))
-        return digest.hexdigest()
 
-    try:
-        return _retrying(f"download {label}", attempt)
-    except BaseException as e:
-        part.unlink(missing_ok=True)
-        if isinstance(e, (urllib.error.URLError, OSError, http.client.HTTPException)):
+def _stream(url: str, dest: Path, label: str, check: Callable[[str], None]) -> None:
+    """Download `url` to `dest`, which appears only once `check` has accepted its
+    sha256 (it raises to refuse it). A transient failure starts the file again
+    (a few times, with growing pauses)."""
+    with atomic_write(dest, "wb") as out:
+        try:
+            actual = _retrying(f"download {label}", lambda: _attempt(url, out, label))
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
             raise Ds4xError(f"cannot download {label}: {e}", "check the network and PIP_INDEX_URL") from e
-        raise
+        check(actual)
+
+
+def split_url_pin(url: str) -> tuple[str, str | None]:
+    """`URL#sha256=HEX` -> (URL, hex in lower case); a URL without it -> (URL, None)."""
+    bare, _, fragment = url.partition("#")
+    return bare, fragment.removeprefix("sha256=").lower() if fragment else None
 
 
 def fetch_url(url: str, settings: Settings) -> Path:
-    """A file named by URL (`--kernels wheel:https://...`), kept in the cache by its name."""
-    dest = settings.cache / "downloads" / "by-url" / url.rsplit("/", 1)[-1]
-    if not dest.exists():
-        if settings.offline:
-            raise Ds4xError(f"{dest.name} is not in the cache ({dest.parent})", "run once without --offline")
-        part = dest.with_name(dest.name + ".part")
-        _stream(url, part, dest.name)
-        os.replace(part, dest)
+    """A file named by URL (`--kernels wheel:URL[#sha256=HEX]`), cached under the
+    URL's own hash (two URLs that serve one file name never share an entry) and,
+    when the URL pins a sha256, checked against it on download and on every reuse."""
+    bare, sha256 = split_url_pin(url)
+    name = inputs.url_file_name(bare)
+    if name in ("", ".", ".."):
+        raise InputError(f"{bare} names no file", "give the URL of the file itself")
+    dest = settings.cache / "downloads" / "by-url" / hashlib.sha256(bare.encode()).hexdigest() / name
+    if dest.exists():
+        if sha256:
+            _check_url_file(bare, sha256, sha256_file(dest), dest)
+        return dest
+    if settings.offline:
+        raise Ds4xError(f"{bare} is not in the cache ({dest.parent})", "run once without --offline")
+    _stream(bare, dest, name, lambda actual: _check_url_file(bare, sha256, actual, None))
     return dest
+
+
+def _check_url_file(url: str, expected: str | None, actual: str, cached: Path | None) -> None:
+    """One error naming the URL, both sha256s and the fix; `cached`: the cache entry checked."""
+    if expected is None or actual == expected:
+        return
+    fix = "fix the #sha256= after the URL in --kernels if it is wrong"
+    if cached:
+        raise Ds4xError(f"{url}: the cached {cached} has sha256 {actual}; #sha256= wants {expected}",
+                        f"delete {cached.parent} to download it again, or {fix}")
+    raise Ds4xError(f"{url}: the download has sha256 {actual}; #sha256= wants {expected}", f"{fix}, else the URL")
 
 
 def download(artifact: Artifact, settings: Settings) -> Path:
@@ -311,16 +337,15 @@ def download(artifact: Artifact, settings: Settings) -> Path:
         return dest
     if settings.offline:
         raise Ds4xError(f"{artifact.filename} is not in the cache ({dest.parent})", "run once without --offline")
-    url = _file_url(artifact)
-    part = dest.with_name(dest.name + ".part")
-    actual = _stream(url, part, artifact.filename)
-    if actual != artifact.sha256:
-        part.unlink()
-        raise Ds4xError(
-            f"{artifact.filename}: the index serves sha256 {actual}; the pin wants {artifact.sha256}",
-            "if the pin is wrong, fix pins.toml; else check PIP_INDEX_URL",
-        )
-    os.replace(part, dest)
+
+    def check(actual: str) -> None:
+        if actual != artifact.sha256:
+            raise Ds4xError(
+                f"{artifact.filename}: the index serves sha256 {actual}; the pin wants {artifact.sha256}",
+                "if the pin is wrong, fix pins.toml; else check PIP_INDEX_URL",
+            )
+
+    _stream(_file_url(artifact), dest, artifact.filename, check)
     return dest
 
 
@@ -372,7 +397,8 @@ def _ready(path: Path, commit: str | None = None, stamp: str | None = None) -> s
 def _build(dest: Path, settings: Settings, fill: Callable[[Path], None]) -> None:
     if settings.offline:
         raise Ds4xError(f"{dest.name} is not in the cache ({dest.parent})", "run once without --offline")
-    build_aside(dest, fill)
+    with atomic_dir(dest) as part:
+        fill(part)
 
 
 def _git_base(target: Target, settings: Settings) -> Base:

@@ -27,7 +27,7 @@ from wheel.wheelfile import WheelFile
 from ds4x import __version__
 from ds4x.digest import sha256_file
 from ds4x.errors import Ds4xError
-from ds4x.scratch import scratch_dir, write_text_aside
+from ds4x.scratch import atomic_path, atomic_write
 
 PROVENANCE = "ds4x_provenance.json"
 
@@ -101,38 +101,35 @@ def repack(
     epoch: int,
 ) -> Built:
     """Copy `base_wheel` with `replace` applied (None deletes), the new version,
-    and the provenance record; write to a temp file and rename into out_dir."""
+    and the provenance record, written aside and renamed into out_dir."""
     name, _, _, tags = parse_wheel_filename(base_wheel.name)
     project = str(name).replace("-", "_")
     tag = "-".join(sorted({f"{t.interpreter}-{t.abi}-{t.platform}" for t in tags}))
     filename = f"{project}-{version}-{tag}.whl"
     new_info = f"{project}-{version}.dist-info"
-    # Beside the result, so the final rename is atomic; WheelFile needs the
-    # real file name, so the temporary part is the folder.
-    with scratch_dir(".ds4x-", out_dir) as scratch:
-        tmp = scratch / filename
-        with zipfile.ZipFile(base_wheel) as src, _source_date(epoch), WheelFile(tmp, "w") as out:
-            old_info = _dist_info(src.namelist())
-            pending = dict(replace)
-            for item in src.infolist():
-                arcname = item.filename
-                if arcname == f"{old_info}/RECORD" or arcname.endswith("/"):
-                    continue
-                data = pending.pop(arcname) if arcname in pending else src.read(item)
-                if data is None:
-                    continue
-                if arcname.startswith(old_info + "/"):
-                    arcname = new_info + arcname[len(old_info) :]
-                    if arcname == f"{new_info}/METADATA":
-                        data = _metadata(data.decode(), version).encode()
+    dest = out_dir / filename
+    # atomic_path's path has the wheel's own name, which WheelFile requires
+    with (atomic_path(dest) as tmp, zipfile.ZipFile(base_wheel) as src, _source_date(epoch),
+          WheelFile(tmp, "w") as out):
+        old_info = _dist_info(src.namelist())
+        pending = dict(replace)
+        for item in src.infolist():
+            arcname = item.filename
+            if arcname == f"{old_info}/RECORD" or arcname.endswith("/"):
+                continue
+            data = pending.pop(arcname) if arcname in pending else src.read(item)
+            if data is None:
+                continue
+            if arcname.startswith(old_info + "/"):
+                arcname = new_info + arcname[len(old_info) :]
+                if arcname == f"{new_info}/METADATA":
+                    data = _metadata(data.decode(), version).encode()
+            out.writestr(_entry(arcname, epoch), data)
+        for arcname, data in sorted(pending.items()):
+            if data is not None:
                 out.writestr(_entry(arcname, epoch), data)
-            for arcname, data in sorted(pending.items()):
-                if data is not None:
-                    out.writestr(_entry(arcname, epoch), data)
-            record = {**provenance, "project": str(name), "version": version, "tool_version": __version__}
-            out.writestr(_entry(f"{new_info}/{PROVENANCE}", epoch), json.dumps(record, indent=2, sort_keys=True) + "\n")
-        dest = out_dir / filename
-        os.replace(tmp, dest)
+        record = {**provenance, "project": str(name), "version": version, "tool_version": __version__}
+        out.writestr(_entry(f"{new_info}/{PROVENANCE}", epoch), json.dumps(record, indent=2, sort_keys=True) + "\n")
     sha = sha256_file(dest)
     return Built(path=dest, project=str(canonicalize_name(name)), version=version, sha256=sha)
 
@@ -193,5 +190,6 @@ def write_constraints(dist: Path, built: list[Built], removed: Sequence[Path] = 
         lines[b.project] = f"{b.project}=={b.version} --hash=sha256:{b.sha256}"
     text = "# ds4x wheels, pinned by hash: pip install -c dist/constraints.txt ...\n"
     text += "".join(f"{lines[k]}\n" for k in sorted(lines))
-    write_text_aside(path, text)
+    with atomic_write(path) as out:
+        out.write(text)
     return path

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from git import Repo
 from ds4x import gitops, overlay, series
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger
-from ds4x.scratch import build_aside, scratch_dir
+from ds4x.scratch import atomic_dir, scratch_dir
 from ds4x.sources import Base
 
 BASE_REF = "refs/ds4x/base"
@@ -169,33 +170,46 @@ def check(base: Base, layout: Layout, skip_upstream: bool = False) -> Checked:
 
 
 def refresh(tree: Path, layout: Layout, target: str) -> list[str]:
-    """Write the work tree's commits back as patch files and the series."""
+    """Write the work tree's commits back as patch files and the series. The new
+    series is made in `patches/<target>.part/` and swapped in whole: an interrupt
+    or a failed write leaves the old one as it was."""
     if not (tree / ".git").is_dir():
         raise Ds4xError(f"{tree} is not a development tree", f"run `build.py apply --target {target}` first")
-    folder = layout.series(target).parent
-    folder.mkdir(parents=True, exist_ok=True)
-    names: list[str] = []
     texts = export_texts(tree)
+    names: list[str] = []
     for text in texts:
         name = series.file_name(series.subject_of(text))
         if name in names:
             raise Ds4xError(f"two commits are named {name}", "give them different subjects")
         names.append(name)
-    for stale in folder.glob("*.patch"):
-        stale.unlink()
-    for name, text in zip(names, texts):
-        (folder / name).write_text(text, encoding="utf-8")
-    series.write_series(layout.series(target), names)
+    folder = layout.series(target).parent
+    with atomic_dir(folder) as part:
+        _keep_others(folder, part)
+        for name, text in zip(names, texts):
+            _write_patch(part / name, text)
+        series.write_series(part / "series", names, header_from=folder / "series")
     return names
+
+
+def _keep_others(folder: Path, part: Path) -> None:
+    """What the series folder holds besides patches and the series (notes) goes along."""
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if path.name == "series" or path.suffix == ".patch":
+            continue
+        if path.is_dir():
+            shutil.copytree(path, part / path.name, symlinks=True)
+        else:
+            shutil.copy2(path, part / path.name, follow_symlinks=False)
+
+
+def _write_patch(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
 
 
 def materialize(base: Base, dest: Path, layout: Layout) -> None:
     """`apply`: a development tree at dest, built aside and renamed into place."""
     if dest.exists():
         raise Ds4xError(f"{dest} exists", "delete it, or pass --dir to another folder")
-
-    def fill(part: Path) -> None:
+    with atomic_dir(dest) as part:
         apply_series(base, part, layout)
         add_overlay(base, part, layout)
-
-    build_aside(dest, fill)

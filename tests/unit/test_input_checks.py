@@ -216,6 +216,30 @@ def test_kernels_wheel_by_path(capsys: pytest.CaptureFixture[str], tmp_path: Pat
         assert f"argument --kernels: {path}: {message}" in found
 
 
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("https://example.invalid/w/vllm-0.1.0-cp38-abi3-linux_x86_64.whl#md5=00",
+         "after the URL, expected #sha256= and the wheel's 64 hex digits, or nothing"),
+        ("https://example.invalid/w/vllm-0.1.0-cp38-abi3-linux_x86_64.whl#sha256=abc",
+         "after the URL, expected #sha256="),
+        ("https://example.invalid/download?id=3", "the URL does not end in a wheel's file name"),
+        ("https://example.invalid/w/x%2F..%2Fnotes.txt", "the URL does not end in a wheel's file name"),
+    ],
+)
+def test_kernels_wheel_by_url(capsys: pytest.CaptureFixture[str], url: str, message: str) -> None:
+    found = refused(capsys, "wheel", "--target", "lvllmds4-x", "--kernels", f"wheel:{url}")
+    assert f"argument --kernels: 'wheel:{url}': {message}" in found
+
+
+def test_kernels_wheel_by_url_pinned_or_not() -> None:
+    from ds4x import inputs
+
+    url = "https://example.invalid/w/vllm-0.1.0%2Bcu130-cp38-abi3-linux_x86_64.whl"
+    for spec in (f"wheel:{url}", f"wheel:{url}#sha256={'aB' * 32}"):
+        assert inputs.kernels(spec) == spec
+
+
 def test_mirror_a_plain_file(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plain = tmp_path / "plain"
     plain.write_text("")

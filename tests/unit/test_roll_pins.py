@@ -44,36 +44,45 @@ def path(tmp_path: Path) -> Path:
 
 
 def test_the_target_table_gets_the_new_pin(path: Path) -> None:
-    staged = roll.stage_pin(path, pins.load(path).get("vllm"), rolled())
-    loaded = pins.load(staged)
+    with roll.staged_pin(path, pins.load(path).get("vllm"), rolled()) as staged:
+        loaded = pins.load(staged)
+        assert path.read_text() == PINS  # renamed into place only when the block ends
+        text = staged.read_text()
     vllm = loaded.get("vllm")
     assert vllm.sdist == rolled().pin and vllm.kernels_wheel == rolled().kernels
     assert vllm.git == GitPin(url=URL, commit="5" * 40)  # the release's own commit
     assert vllm.description == "upstream vLLM v0.32.0"
     assert loaded.get("flashinfer") == pins.load(path).get("flashinfer")  # other tables as they were
-    assert [line for line in staged.read_text().splitlines() if line.startswith("#")] == \
+    assert [line for line in text.splitlines() if line.startswith("#")] == \
            [line for line in PINS.splitlines() if line.startswith("#")]  # comments kept
-    assert path.read_text() == PINS  # the caller renames the staged file into place
+    assert path.read_text() == text and not staged.exists()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["pins.toml"]
+
+
+def test_a_failed_block_leaves_the_pins_as_they_were(path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt), roll.staged_pin(path, pins.load(path).get("vllm"), rolled()):
+        raise KeyboardInterrupt
+    assert path.read_text() == PINS and sorted(p.name for p in path.parent.iterdir()) == ["pins.toml"]
 
 
 def test_a_commit_that_cannot_be_resolved_drops_the_git_pin(path: Path) -> None:
-    staged = roll.stage_pin(path, pins.load(path).get("vllm"), rolled(commit=None))
-    vllm = pins.load(staged).get("vllm")
+    with roll.staged_pin(path, pins.load(path).get("vllm"), rolled(commit=None)):
+        pass
+    vllm = pins.load(path).get("vllm")
     assert vllm.git is None and vllm.sdist == rolled().pin
 
 
 def test_a_dropped_kernels_wheel_and_a_missing_line(path: Path) -> None:
     target = pins.load(path).get("vllm")
-    staged = roll.stage_pin(path, target, rolled(kernels=False))
-    assert pins.load(staged).get("vllm").kernels_wheel is None
-    path.write_text(path.read_text().replace("\nsdist = {", "\nsdist  =  {"))  # spacing is fine
-    staged = roll.stage_pin(path, target, rolled())
-    assert pins.load(staged).get("vllm").sdist == rolled().pin
-    staged.unlink()
-    path.write_text(path.read_text().replace("[targets.vllm]", "[targets.vllm-old]"))
-    with pytest.raises(Ds4xError, match=r"no \[targets.vllm\] table to edit"):
-        roll.stage_pin(path, target, rolled())
-    assert not path.with_name("pins.toml.part").exists()
+    with roll.staged_pin(path, target, rolled(kernels=False)) as staged:
+        assert pins.load(staged).get("vllm").kernels_wheel is None
+    path.write_text(PINS.replace("\nsdist = {", "\nsdist  =  {"))  # spacing is fine
+    with roll.staged_pin(path, target, rolled()) as staged:
+        assert pins.load(staged).get("vllm").sdist == rolled().pin
+    path.write_text(PINS.replace("[targets.vllm]", "[targets.vllm-old]"))
+    with pytest.raises(Ds4xError, match=r"no \[targets.vllm\] table to edit"), roll.staged_pin(path, target, rolled()):
+        pass
+    assert sorted(p.name for p in path.parent.iterdir()) == ["pins.toml"]
 
 
 def test_an_sdist_commit_is_pinned_in_full_through_a_local_mirror(tmp_path: Path, git_repo: tuple[Path, str]) -> None:

@@ -58,6 +58,7 @@ def test_cache_dir_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 
 
 PAYLOAD = b"pretend wheel bytes\n" * 100
+OTHER = b"another wheel by the same name\n" * 100
 
 
 class Index:
@@ -87,6 +88,8 @@ class Index:
                     return
                 elif self.path == "/files/demo-1.0.whl":
                     body, kind = PAYLOAD, "application/octet-stream"
+                elif self.path == "/other/demo-1.0.whl":
+                    body, kind = OTHER, "application/octet-stream"
                 else:
                     self.send_error(404)
                     return
@@ -185,13 +188,53 @@ def test_network_down(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert not any((tmp_path / "downloads").glob("*"))
 
 
+def by_url(cache: Path, url: str) -> Path:
+    return cache / "downloads" / "by-url" / hashlib.sha256(url.encode()).hexdigest() / url.rsplit("/", 1)[-1]
+
+
 def test_fetch_url_streams_into_the_cache(index: str, tmp_path: Path) -> None:
-    path = sources.fetch_url(f"{index}/files/demo-1.0.whl", sources.Settings(cache=tmp_path))
-    assert path == tmp_path / "downloads" / "by-url" / "demo-1.0.whl" and path.read_bytes() == PAYLOAD
-    assert sources.fetch_url(f"{index}/files/demo-1.0.whl", sources.Settings(cache=tmp_path, offline=True)) == path
+    url = f"{index}/files/demo-1.0.whl"
+    path = sources.fetch_url(url, sources.Settings(cache=tmp_path))
+    assert path == by_url(tmp_path, url) and path.read_bytes() == PAYLOAD
+    assert sources.fetch_url(url, sources.Settings(cache=tmp_path, offline=True)) == path
     with pytest.raises(Ds4xError, match="cannot download missing.whl"):
         sources.fetch_url(f"{index}/files/missing.whl", sources.Settings(cache=tmp_path))
-    assert files(tmp_path / "downloads") == ["by-url/demo-1.0.whl"]
+    assert files(tmp_path / "downloads") == [path.relative_to(tmp_path / "downloads").as_posix()]
+
+
+def test_two_urls_that_serve_one_file_name_never_share_an_entry(served: Index, tmp_path: Path) -> None:
+    settings = sources.Settings(cache=tmp_path)
+    first = sources.fetch_url(f"{served.url}/files/demo-1.0.whl", settings)
+    second = sources.fetch_url(f"{served.url}/other/demo-1.0.whl", settings)
+    assert first.name == second.name and first != second
+    assert (first.read_bytes(), second.read_bytes()) == (PAYLOAD, OTHER)
+    sources.fetch_url(f"{served.url}/files/demo-1.0.whl", settings)
+    assert served.requests.count("/files/demo-1.0.whl") == 1  # the second time, from the cache
+
+
+def test_a_url_pinned_by_sha256_is_checked(served: Index, tmp_path: Path) -> None:
+    url, good = f"{served.url}/files/demo-1.0.whl", hashlib.sha256(PAYLOAD).hexdigest()
+    settings = sources.Settings(cache=tmp_path)
+    with pytest.raises(Ds4xError) as caught:
+        sources.fetch_url(f"{url}#sha256={'0' * 64}", settings)
+    assert str(caught.value) == f"{url}: the download has sha256 {good}; #sha256= wants {'0' * 64}"
+    assert caught.value.hint == "fix the #sha256= after the URL in --kernels if it is wrong, else the URL"
+    assert files(tmp_path / "downloads") == []  # a refused file never lands in the cache
+    path = sources.fetch_url(f"{url}#sha256={good.upper()}", settings)
+    assert path == by_url(tmp_path, url) and path.read_bytes() == PAYLOAD
+
+
+def test_a_cached_url_file_is_checked_again_on_reuse(served: Index, tmp_path: Path) -> None:
+    url, good = f"{served.url}/files/demo-1.0.whl", hashlib.sha256(PAYLOAD).hexdigest()
+    path = sources.fetch_url(f"{url}#sha256={good}", sources.Settings(cache=tmp_path))
+    path.write_bytes(b"changed in the cache")
+    bad = hashlib.sha256(b"changed in the cache").hexdigest()
+    with pytest.raises(Ds4xError) as caught:
+        sources.fetch_url(f"{url}#sha256={good}", sources.Settings(cache=tmp_path, offline=True))
+    assert str(caught.value) == f"{url}: the cached {path} has sha256 {bad}; #sha256= wants {good}"
+    assert str(caught.value.hint).startswith(f"delete {path.parent} to download it again, or fix the #sha256=")
+    assert served.requests == ["/files/demo-1.0.whl"]
+    assert sources.fetch_url(url, sources.Settings(cache=tmp_path)) == path  # no pin, nothing to check
 
 
 @pytest.mark.parametrize("verbose", [False, True])

@@ -218,6 +218,77 @@ def test_scratch_folders_are_private_and_removed(tmp_path: Path) -> None:
     assert not folder.exists()
 
 
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def interrupt_after_one_patch(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """refresh's patch writer, made to write one file and then take a Ctrl-C; the names it got."""
+    from ds4x import workspace
+
+    written: list[str] = []
+    real = workspace._write_patch
+
+    def write_then_interrupt(path: Path, text: str) -> None:
+        if written:
+            raise KeyboardInterrupt
+        real(path, text)
+        written.append(path.name)
+
+    monkeypatch.setattr(workspace, "_write_patch", write_then_interrupt)
+    return written
+
+
+def second_commit(tree: Path) -> None:
+    (tree / "demo/__init__.py").write_text("VERSION = '1.1+ds4x'\n")
+    git(tree, "commit", "-qam", MESSAGE.replace("demo: exact lookup", "demo: mark the version"))
+
+
+def test_an_interrupted_refresh_leaves_the_old_series_whole(capsys: pytest.CaptureFixture[str], project: Path,
+                                                            tmp_path: Path, git_repo: Repo,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new series is written into patches/demo.part/ and swapped in: a Ctrl-C after the first
+    of two patch files leaves patches/demo/ byte for byte as it was, and no .part."""
+    tree = make_patch(capsys, project, tmp_path, git_repo)
+    second_commit(tree)
+    assert run(capsys, project, tmp_path, git_repo, "refresh", "--target", "demo")[0] == 0
+    folder = project / "patches" / "demo"
+    (folder / "series").write_text("# why these patches\n" + (folder / "series").read_text())
+    (folder / "NOTES.md").write_text("kept by refresh\n")
+    (tree / "demo/__init__.py").write_text("VERSION = '1.2+ds4x'\n")
+    git(tree, "commit", "-qa", "--amend", "--no-edit")  # the second patch changes, the first does not
+    before = snapshot(project / "patches")
+    written = interrupt_after_one_patch(monkeypatch)
+    code, _, err = run(capsys, project, tmp_path, git_repo, "refresh", "--target", "demo")
+    assert (code, err, written) == (130, "interrupted\n", ["demo-exact-lookup.patch"])
+    assert snapshot(project / "patches") == before  # also: no demo.part/ or demo.old/ beside it
+    monkeypatch.undo()
+    assert run(capsys, project, tmp_path, git_repo, "refresh", "--target", "demo")[0] == 0
+    assert (folder / "series").read_text() == "# why these patches\ndemo-exact-lookup.patch\ndemo-mark-the-version.patch\n"
+    assert sorted(snapshot(project / "patches")) == ["demo/NOTES.md", "demo/demo-exact-lookup.patch",
+                                                     "demo/demo-mark-the-version.patch", "demo/series"]
+    assert "1.2+ds4x" in (folder / "demo-mark-the-version.patch").read_text()
+
+
+def test_an_interrupted_roll_leaves_pins_and_patches_as_they_were(capsys: pytest.CaptureFixture[str], project: Path,
+                                                                  tmp_path: Path, git_repo: Repo,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """roll refreshes the patches, then puts the new pin in pins.toml: a Ctrl-C while it writes
+    the patches leaves both as they were, and no temporary file or folder beside them."""
+    second_commit(make_patch(capsys, project, tmp_path, git_repo))
+    assert run(capsys, project, tmp_path, git_repo, "refresh", "--target", "demo")[0] == 0
+    upstream, _ = git_repo
+    (upstream / "README.md").write_text("demo upstream, next\n")
+    git(upstream, "commit", "-qam", "next")
+    before = snapshot(project / "patches"), (project / "pins.toml").read_bytes()
+    written = interrupt_after_one_patch(monkeypatch)
+    code, _, err = run(capsys, project, tmp_path, git_repo, "roll", "--target", "demo", "--to",
+                       git(upstream, "rev-parse", "HEAD"))
+    assert (code, err.splitlines()[-1], written) == (130, "interrupted", ["demo-exact-lookup.patch"])
+    assert (snapshot(project / "patches"), (project / "pins.toml").read_bytes()) == before
+    assert sorted(p.name for p in project.iterdir()) == ["overlay", "patches", "pins.toml", "trees"]
+
+
 def test_roll_a_git_pin_to_a_commit(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path,
                                     git_repo: Repo) -> None:
     """A git-only pin moves to another commit (an abbreviation the local mirror resolves); the
