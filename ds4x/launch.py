@@ -44,7 +44,7 @@ def lines(args: Any, result: dict[str, Any], profile: dict[str, Any] | None) -> 
     k = args.num_speculative_tokens
     depth = profile["draft_depth"] if profile else PHASE_02
     depth_why = ("plan --measure: adaptive from this machine's step costs" if profile else
-                 "phase 0/2: the best measured while reasoning, within noise answering (README, measured on the GPU)")
+                 "phase 0/2: the best measured while reasoning, within noise answering (docs/measured-on-gpu.md)")
     spec = {"method": "dspark", "num_speculative_tokens": k, "draft_depth": depth}
     env = [
         Line("LVLLM_MOE_NUMA_ENABLED", "1", "the fork runs the routed experts of CPU layers on lk_moe"),
