@@ -10,7 +10,7 @@ from typing import Any
 
 from packaging.version import Version
 
-from ds4x import gitops, overlay, proc, series, sources, wheel
+from ds4x import gitops, inputs, overlay, proc, series, sources, wheel
 from ds4x.digest import sha256_file
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import step
@@ -24,7 +24,7 @@ DEFAULT_CUDA_ARCHS = "12.0"  # RTX 5090 (sm_120); override with TORCH_CUDA_ARCH_
 
 def check_kernels_choice(target: Target, kernels: str | None) -> None:
     """Refuse before any download what cannot build."""
-    if kernels and not (kernels == "source" or kernels.startswith("wheel:")):
+    if kernels and not (kernels == "source" or kernels.startswith(inputs.KERNELS_WHEEL)):
         raise InputError(f"--kernels {kernels!r}", "use --kernels source or --kernels wheel:PATH_OR_URL")
     if kernels is None and not (target.wheel or target.kernels_wheel):
         raise InputError(
@@ -37,7 +37,7 @@ def check_kernels_choice(target: Target, kernels: str | None) -> None:
 
 
 def _wheel_from(spec: str, settings: Settings) -> Path:
-    where = spec.removeprefix("wheel:")
+    where = spec.removeprefix(inputs.KERNELS_WHEEL)
     if "://" in where:
         return sources.fetch_url(where, settings)
     path = Path(where)

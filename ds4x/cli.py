@@ -13,32 +13,32 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ds4x import __version__, inputs, log, pins
-from ds4x.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Ds4xError, InputError, Terminated
+from ds4x import __version__, inputs, log, pins, words
+from ds4x.checkout import HOME, Checkout
+from ds4x.errors import EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Ds4xError, InputError, Terminated
 from ds4x.log import logger
 from ds4x.scratch import atomic_write
 
 if TYPE_CHECKING:
-    from ds4x import sources, workspace
+    from ds4x import sources
 
 # Build commands import GitPython, packaging and wheel on use, so that `doctor`
 # and `provenance` run with any deployment Python, where only vLLM is installed.
 
-ROOT = Path(__file__).resolve().parent.parent
 LIGHT_COMMANDS = ("doctor", "provenance", "plan")
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more output (git commands)")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
-    parser.add_argument("--pins", type=inputs.existing_file, default=ROOT / "pins.toml", help="pins file (default: %(default)s)")
+    parser.add_argument("--pins", type=inputs.existing_file, default=HOME.pins, help="pins file (default: %(default)s)")
     parser.add_argument("--cache-dir", type=inputs.output_folder, default=None, help="cache (default: $DS4X_CACHE_DIR or XDG cache/ds4x)")
     parser.add_argument(
         "--mirror", action="append", default=[], metavar="URL=URL_OR_PATH",
         help="fetch URL from elsewhere (repeatable; also $DS4X_MIRRORS, whitespace-separated)",
     )
     parser.add_argument("--offline", action="store_true", help="use only what is in the cache")
-    parser.add_argument("--source", choices=("git", "sdist", "wheel"), help="base source for targets that pin several")
+    parser.add_argument("--source", choices=pins.SOURCE_KINDS, help="base source for targets that pin several")
 
 
 def _targets(parser: argparse.ArgumentParser, help_default: str) -> None:
@@ -56,15 +56,13 @@ def _settings(args: argparse.Namespace) -> sources.Settings:
     )
 
 
-def _layout(args: argparse.Namespace) -> workspace.Layout:
-    """Series and overlays live beside the pins file."""
-    from ds4x import workspace
-
-    return workspace.Layout(patches=args.pins.parent / "patches", overlays=args.pins.parent / "overlay")
+def _checkout(args: argparse.Namespace) -> Checkout:
+    """Everything a build command reads or writes by default is beside the pins file."""
+    return Checkout(pins=args.pins)
 
 
 def _work_dir(args: argparse.Namespace, target: pins.Target) -> Path:
-    return Path(args.dir) if args.dir else Path(args.pins.parent / "trees" / target.name)
+    return Path(args.dir) if args.dir else _checkout(args).trees / target.name
 
 
 def _chosen(args: argparse.Namespace, all_by_default: bool = False) -> list[pins.Target]:
@@ -76,7 +74,7 @@ def _chosen(args: argparse.Namespace, all_by_default: bool = False) -> list[pins
 
 def _one(args: argparse.Namespace) -> pins.Target:
     if len(args.target) != 1:
-        raise Ds4xError(f"{args.command} works on one target", "name it with --target", exit_code=2)
+        raise InputError(f"{args.command} works on one target", "name it with --target")
     return _chosen(args)[0]
 
 
@@ -96,7 +94,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
     dest = _work_dir(args, target)
     base = sources.fetch(target, _settings(args))
     with log.step(f"apply {target.name} series into {dest}"):
-        workspace.materialize(base, dest, _layout(args))
+        workspace.materialize(base, dest, _checkout(args).layout)
     print(f"{dest}: edit, commit, then `build.py refresh --target {target.name}`")
     return 0
 
@@ -106,8 +104,8 @@ def cmd_refresh(args: argparse.Namespace) -> int:
 
     target = _one(args)
     tree = _work_dir(args, target)
-    names = workspace.refresh(tree, _layout(args), target.name)
-    print(f"{_layout(args).series(target.name)}: {len(names)} patches")
+    names = workspace.refresh(tree, _checkout(args).layout, target.name)
+    print(f"{_checkout(args).layout.series(target.name)}: {len(names)} patches")
     return 0
 
 
@@ -118,13 +116,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     target = _one(args)
     author = export.author_of(args.author)  # before any download: it may be missing
     base = sources.fetch(target, _settings(args))
-    texts = export.upstream_texts(base, _layout(args), author)
+    texts = export.upstream_texts(base, _checkout(args).layout, author)
     if args.mbox:
-        with atomic_write(args.mbox) as out:
-            out.write("".join(texts))
+        with atomic_write(args.mbox) as mbox:
+            mbox.write("".join(texts))
         print(f"{args.mbox}: {len(texts)} patches")
         return 0
-    out = args.output or args.pins.parent / "dist" / "patches" / target.name
+    out = args.output or _checkout(args).dist / "patches" / target.name
     out.mkdir(parents=True, exist_ok=True)
     for number, text in enumerate(texts, 1):
         (out / f"{number:04d}-{series.file_name(series.subject_of(text))}").write_text(text, encoding="utf-8")
@@ -141,90 +139,35 @@ def cmd_check(args: argparse.Namespace) -> int:
     for target in _chosen(args, all_by_default=True):
         base = sources.fetch(target, _settings(args))
         with log.step(f"check {target.name} @ {base.commit[:12]}"):
-            problems = workspace.check(base, _layout(args)).problems
+            problems = workspace.check(base, _checkout(args).layout).problems
         for problem in problems:
-            logger.error("  %s", problem)
+            logger.error("  %s", words.said(problem))
         failed += bool(problems)
         print(f"{target.name}: {'FAILED' if problems else 'ok'}")
     return 1 if failed else 0
 
 
 def _check_newest(args: argparse.Namespace) -> int:
-    """`check --newest`: does the series apply to the newest release on the
-    index, or to the newest commit of a git-only target's local mirror?
-    Upstream drift at a glance; pins.toml is not touched. Exits 1 when a
-    series does not apply there, so that a scheduled run fails on drift; a
-    patch upstream has taken (as it is or its own way) is no conflict."""
-    from ds4x import roll, sources
+    """Exits 1 when a series does not apply there, so that a scheduled run fails on drift."""
+    from ds4x import newest
 
     _online(args)
-    settings = _settings(args)
     conflicts = 0
-    for target in _chosen(args, all_by_default=True):
-        kind = roll.released_kind(target)
-        if kind is None:
-            newest = roll.newest_commit(target, settings)
-            if newest is None:
-                print(f"{target.name}: pinned to a git commit; a local mirror (--mirror) shows its newest commit")
-                continue
-            pin: pins.Artifact | pins.GitPin = newest
-            pinned, latest = target.git.commit[:12] if target.git else "", newest.commit[:12]
-        else:
-            pin = sources.release(getattr(target, kind))
-            pinned, latest = getattr(target, kind).version, pin.version
-        if latest == pinned:
-            print(f"{target.name}: {pinned} is the newest {'commit' if kind is None else 'release'}")
-            continue
-        try:
-            status = _status_at(roll.fetch_release(target, kind or "git", pin, settings), _layout(args))
-        except Ds4xError as e:
-            status = f"does not apply: {e}"
-        conflicts += "does not apply: " in status
-        print(f"{target.name}: pinned {pinned}, newest {latest}: {status}")
+    for drift in newest.drifts(_chosen(args, all_by_default=True), _settings(args), _checkout(args).layout):
+        print(words.drift_line(drift))
+        conflicts += drift.failure is not None
     return 1 if conflicts else 0
 
 
-def _status_at(base: sources.Base, layout: workspace.Layout) -> str:
-    """The series at another release, in one line: each patch upstream has, then whether the rest applies."""
-    from ds4x import series, workspace
-
-    checked = workspace.check(base, layout, skip_upstream=True)
-    problems = [p for p in checked.problems if "not listed in series" not in p]
-    upstream = [f"{name}: {how} (drop it from the series at the roll); " for name, how in checked.upstream.items()]
-    rest = "the rest " if upstream else ""
-    if upstream and len(upstream) == len(series.parse_series(layout.series(base.target.name))):
-        return "".join(upstream) + "no other patch"
-    if not problems:
-        return "".join(upstream) + f"{rest}applies"
-    if all("re-export differs" in p for p in problems):
-        return "".join(upstream) + f"{rest}applies with offsets (the patches would be refreshed)"
-    return "".join(upstream) + f"{rest}does not apply: {problems[0]}"
-
-
 def cmd_roll(args: argparse.Namespace) -> int:
-    from ds4x import roll, workspace
+    from ds4x import roll
 
     target = _one(args)
-    label = args.to[:12] if len(args.to) == 40 else args.to  # a full commit id, shortened
-    tree = args.dir or args.pins.parent / "trees" / f"{target.name}-{label}"
-    if tree.exists():
-        raise InputError(f"{tree} exists", "delete it, or pass --dir to another folder")
     _online(args)
-    layout = _layout(args)
-    with log.step(f"roll {target.name} to {args.to} in {tree}"):
-        rolled = roll.apply(target, args.to, _settings(args), layout, tree)
-    for name, status in rolled.statuses:
-        print(f"  {name}: {status}")
-    with roll.staged_pin(args.pins, target, rolled):  # checked before the patches change, in place after
-        workspace.refresh(tree, layout, target.name)
-    if rolled.pin is None:
-        assert rolled.git is not None
-        pinned = f"commit {rolled.git.commit}"
-    else:
-        pinned = f"{rolled.pin.filename} (sha256 {rolled.pin.sha256[:12]})"
-        pinned += f", kernels {rolled.kernels.filename}" if rolled.kernels else ""
-        pinned += f", commit {rolled.git.commit}" if rolled.git else ""
-    print(f"{args.pins}: {target.name} now pins {pinned}; patches refreshed from {tree}")
+    rolled = roll.run(target, args.to, _settings(args), _checkout(args), args.dir)
+    for name, clean in rolled.statuses:
+        print(f"  {name}: {words.applies(clean)}")
+    print(f"{args.pins}: {target.name} now pins {words.pinned(rolled)}; patches refreshed from {rolled.tree}")
     return 0
 
 
@@ -238,9 +181,9 @@ def cmd_wheel(args: argparse.Namespace) -> int:
 
     targets = _chosen(args)
     if args.kernels and len(targets) != 1:
-        raise Ds4xError("--kernels applies to one target", "add --target", exit_code=2)
+        raise InputError("--kernels applies to one target", "add --target")
     built = []
-    dist = args.dist or args.pins.parent / "dist"
+    dist = args.dist or _checkout(args).dist
     try:
         dist.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -249,7 +192,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
         raise InputError(f"--dist {dist}: not writable", "give a folder you can write")
     for target in targets:
         with log.step(f"wheel {target.name}"):
-            built.append(builder.build(target, _settings(args), _layout(args), args.kernels, dist))
+            built.append(builder.build(target, _settings(args), _checkout(args).layout, args.kernels, dist))
     removed = wheel.clear_superseded(dist, built)
     for path in removed:
         logger.warning("removed %s from %s: superseded by this build (dist/ holds one deployment)", path.name, dist)
@@ -346,13 +289,29 @@ def _check_install(args: argparse.Namespace) -> None:
     (--pins), and for plan the overlay modules beside the package."""
     if args.command in STANDALONE:
         return
-    needed = [ROOT / "overlay"] if args.command == "plan" else [args.pins, args.pins.parent / "patches",
-                                                                args.pins.parent / "overlay"]
+    if args.command == "plan":
+        _check_plan_checkout(args)
+        needed = [HOME.layout.overlays]
+    else:
+        layout = _checkout(args).layout
+        needed = [args.pins, layout.patches, layout.overlays]
     missing = [str(path) for path in needed if not path.exists()]
     if missing:
         raise Ds4xError(
             f"{args.command} needs the ds4x checkout; not found: {', '.join(missing)}",
             "run it from a clone of the ds4x repository (python build.py ..., or pip install -e .), or pass --pins",
+        )
+
+
+def _check_plan_checkout(args: argparse.Namespace) -> None:
+    """plan computes with the overlay modules and the example of the checkout it
+    runs from (its options come from them, before --pins is read): a --pins of
+    another checkout would plan with one checkout's overlay and build with another's."""
+    if not _checkout(args).same_as(HOME):
+        raise InputError(
+            f"plan reads the overlay and examples of the checkout it runs from ({HOME.root}); "
+            f"--pins {args.pins} is another checkout's, and plan will not mix them",
+            f"run that checkout's own `{_checkout(args).root / 'build.py'} plan`, or leave --pins out",
         )
 
 
@@ -401,9 +360,10 @@ def _run(args: argparse.Namespace) -> int:
             print("hint: install ds4x with its dependencies: pip install -e . (from the checkout)", file=sys.stderr)
         return EXIT_FAILED
     except Ds4xError as e:
-        print(f"error: {e}", file=sys.stderr)
-        if e.hint:
-            print(f"hint: {e.hint}", file=sys.stderr)
+        message, hint = words.worded(e)
+        print(f"error: {message}", file=sys.stderr)
+        if hint:
+            print(f"hint: {hint}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -414,7 +374,7 @@ def _run(args: argparse.Namespace) -> int:
     except Exception:
         traceback.print_exc()
         print("error: this is a bug in ds4x; please report it with the output above", file=sys.stderr)
-        return 70
+        return EXIT_BUG
 
 
 def main_entry() -> None:

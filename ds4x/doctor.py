@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ds4x.checkout import PROVENANCE
 from ds4x.overlay import load_file
 
-PROVENANCE = "ds4x_provenance.json"
 # Where each project keeps its lookup. FlashInfer's module is loaded from its
 # file (its package __init__ compiles kernels); it resolves libcudart at import,
 # so a hijack shows as that import failing with the user's error.

@@ -6,6 +6,7 @@ EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
+EXIT_BUG = 70  # EX_SOFTWARE: anything not raised as a Ds4xError, printed with its traceback
 
 
 class Terminated(BaseException):

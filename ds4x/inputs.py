@@ -124,12 +124,15 @@ def output_file(text: str) -> Path:
     return path
 
 
+KERNELS_WHEEL = "wheel:"  # --kernels wheel:PATH_OR_URL
+
+
 def kernels(text: str) -> str:
     """`source`, `wheel:URL` (`#sha256=HEX` pins its file), or `wheel:PATH` of a
     wheel file (its name and zip checked)."""
     if text == "source":
         return text
-    where = text.removeprefix("wheel:")
+    where = text.removeprefix(KERNELS_WHEEL)
     if where == text or not where:
         raise _bad(text, "expected source or wheel:PATH_OR_URL")
     if "://" in where:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from ds4x.checkout import HOME
 from ds4x.digest import sha256_file
 from ds4x.errors import InputError
 
@@ -42,9 +43,6 @@ def digest(files: dict[str, Path]) -> dict[str, str]:
     return {rel: sha256_file(path) for rel, path in sorted(files.items())}
 
 
-OVERLAYS = Path(__file__).resolve().parent.parent / "overlay"
-
-
 def load_file(name: str, path: Path) -> ModuleType:
     """Import one Python file as module `name`, outside any package."""
     spec = importlib.util.spec_from_file_location(name, path)
@@ -62,12 +60,14 @@ def load_module(relative: str) -> ModuleType:
     """One of our pure-Python overlay modules, straight from its file, so the
     tool (plan) and the tests run the very code the wheels ship. It is loaded
     into a package spanning every overlay's vllm/ds4x folder, as `vllm.ds4x` is
-    in a built tree, so that its relative imports resolve."""
-    path = OVERLAYS / relative
+    in a built tree, so that its relative imports resolve. They come from the
+    checkout this package runs from (`plan` refuses --pins naming another)."""
+    overlays = HOME.layout.overlays
+    path = overlays / relative
     if not path.is_file():
-        raise InputError(f"overlay module {relative} not found under {OVERLAYS}")
+        raise InputError(f"overlay module {relative} not found under {overlays}")
     if PACKAGE not in sys.modules:
         package = ModuleType(PACKAGE)
-        package.__path__ = [str(folder) for folder in sorted(OVERLAYS.glob("*/vllm/ds4x"))]
+        package.__path__ = [str(folder) for folder in sorted(overlays.glob("*/vllm/ds4x"))]
         sys.modules[PACKAGE] = package
     return importlib.import_module(f"{PACKAGE}.{path.stem}")

@@ -18,6 +18,7 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,199}")  # a target, file, fold
 _RELATIVE = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._+/-]{0,199}")  # a path inside the tree
 _URL = re.compile(r"[^\s\x00-\x1f\x7f]{1,500}")
 MAX_PINS_BYTES = 2**20
+SOURCE_KINDS = ("git", "sdist", "wheel")  # what a target can pin a base tree to (and --source chooses)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +125,7 @@ def _artifact(where: str, raw: Any) -> Artifact:
 
 
 _PLAIN = {"description", "default", "package", "overlays", "kernel-sources"}
-_NESTED = {"git", "sdist", "wheel", "kernels-wheel"}
+_NESTED = {*SOURCE_KINDS, "kernels-wheel"}
 
 
 def _target(path: Path, name: str, raw: dict[str, Any]) -> Target:
@@ -138,7 +139,7 @@ def _target(path: Path, name: str, raw: dict[str, Any]) -> Target:
         raise InputError(f"{where}: unknown keys {sorted(unknown)}")
     if "package" not in raw:
         raise InputError(f"{where}: missing 'package'", "name the import package")
-    if not {"git", "sdist", "wheel"} & set(raw):
+    if not set(SOURCE_KINDS) & set(raw):
         raise InputError(f"{where}: no source", "give it a git, sdist or wheel pin")
 
     def artifact(key: str) -> Artifact | None:

@@ -18,11 +18,12 @@ from types import ModuleType
 from typing import Any
 
 from ds4x import inputs, launch
+from ds4x.checkout import EXAMPLE_CONFIG, HOME
 from ds4x.errors import Ds4xError, InputError
 from ds4x.overlay import load_module
 from ds4x.scratch import atomic_path
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples/deepseek-v4-flash/config.json"
+EXAMPLE = HOME.examples / EXAMPLE_CONFIG
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)?", re.I)
 MAX_SIZE = 2**50  # 1 PiB: above any GPU or RAM bandwidth a plan is for
 DSPARK_LAYERS = 3  # the draft layers DSpark ships with DeepSeek-V4-Flash (the README's configuration)

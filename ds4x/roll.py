@@ -1,9 +1,9 @@
 """`roll`: move a target's pin to another release (sdist or wheel pins) or
 commit (git-only pins). The series is applied there in a development tree,
 patch by patch. When every patch applies, the patches are refreshed from the
-tree and pins.toml gets the new pin. At the first patch that does not apply,
-the tree is left for the developer with the next commands, and pins.toml
-stays as it was."""
+tree and pins.toml gets the new pin (`run`, the whole transaction). At the
+first patch that does not apply, the tree is left for the developer
+(RollConflict), and pins.toml stays as it was."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ds4x import gitops, pins, series, sources, workspace
+from ds4x.checkout import Checkout, Layout
 from ds4x.errors import Ds4xError, InputError
-from ds4x.log import logger
+from ds4x.log import logger, step
 from ds4x.pins import Artifact, GitPin, Target
+from ds4x.problems import PatchError, PatchProblem, RollConflict
 from ds4x.scratch import atomic_path
 
 # The pinned base's commit in a conflicted tree: `git am --3way` finds each
@@ -32,23 +34,8 @@ class Rolled:
     pin: Artifact | None  # the new file (None: a git-only target)
     kernels: Artifact | None
     git: GitPin | None  # the new commit, when it can be pinned in full
-    statuses: list[tuple[str, str]]  # (patch, "applies cleanly" | "applies with offsets (refreshed)")
-
-
-class Conflict(Ds4xError):
-    """A patch that does not apply to the release; the tree holds those before it."""
-
-    def __init__(self, error: Ds4xError, target: str, tree: Path, remaining: list[str], upstream: bool,
-                 pinned: bool, history: str) -> None:
-        if upstream:
-            work = f"{error.hint} (that patch is upstream now)"
-        else:
-            merge = (f" (the pinned base is there as {PINNED_REF}, so each merges, with conflict markers "
-                     "where it clashes)" if pinned else "")
-            work = (f"in {tree}, `git am --3way` these patches in series order{merge}, fixing each where it "
-                    f"stops: {', '.join(remaining)}; then `build.py refresh --target {target} --dir {tree}`")
-        super().__init__(f"{error}{history}", f"{tree} holds the patches that applied, as commits; {work}; then delete "
-                                     f"{tree} and run this roll again")
+    statuses: list[tuple[str, bool]]  # (patch, applies cleanly; False: with offsets, so it is refreshed)
+    tree: Path  # the development tree it was applied in
 
 
 def released_kind(target: Target) -> str | None:
@@ -140,24 +127,35 @@ def _commit(git: GitPin, to: str, settings: sources.Settings) -> GitPin:
     return replace(git, commit=to)
 
 
-def _history(tree: Path, old: str, new: str, error: Ds4xError) -> str:
-    """The upstream commits between the pin and the new base that touched the
-    conflicting hunk's file ("" when the tree has no such history: a shallow fetch)."""
-    found = re.search(r"hunk at (\S+):\d+", str(error))
-    if found is None:
-        return ""
+def _history(tree: Path, old: str, problem: PatchProblem) -> PatchProblem:
+    """The conflict with the upstream commits between the pin and the new base
+    that touched its hunk's file (none when the tree has no such history: a shallow fetch)."""
+    if problem.kind != "conflict" or problem.file is None:
+        return problem
     with gitops.open_repo(tree) as repo:
         try:
             # old...new: the commits on either side (a roll may go back, or to another branch)
-            commits = gitops.run(repo, "log", "--format=%h %s", f"{old}...{new}", "--", found[1]).splitlines()
+            log = gitops.run(repo, "log", "--format=%h %s", f"{old}...{problem.commit}", "--", problem.file)
         except Ds4xError:
-            return ""
-    shown = "; ".join(commits[:5]) + (f"; and {len(commits) - 5} more" if len(commits) > 5 else "")
-    return f"; {len(commits)} upstream commits between {old[:12]} and {new[:12]} touched {found[1]}: {shown}" if commits else ""
+            return problem
+    return replace(problem, since=old, commits=tuple(log.splitlines()))
 
 
-def apply(target: Target, to: str, settings: sources.Settings, layout: workspace.Layout, tree: Path) -> Rolled:
-    """The series on release or commit `to` in `tree`; a Conflict (tree kept) at the first patch that does not apply."""
+def run(target: Target, to: str, settings: sources.Settings, checkout: Checkout, tree: Path | None = None) -> Rolled:
+    """The roll: the series on `to` in a new development tree, then the patches
+    refreshed from it and the new pin in pins.toml, both or neither."""
+    tree = tree or checkout.trees / f"{target.name}-{to[:12] if len(to) == 40 else to}"  # a commit id, shortened
+    if tree.exists():
+        raise InputError(f"{tree} exists", "delete it, or pass --dir to another folder")
+    with step(f"roll {target.name} to {to} in {tree}"):
+        rolled = apply(target, to, settings, checkout.layout, tree)
+    with staged_pin(checkout.pins, target, rolled):  # checked before the patches change, in place after
+        workspace.refresh(tree, checkout.layout, target.name)
+    return rolled
+
+
+def apply(target: Target, to: str, settings: sources.Settings, layout: Layout, tree: Path) -> Rolled:
+    """The series on release or commit `to` in `tree`; a RollConflict (tree kept) at the first patch that does not apply."""
     kind = released_kind(target) or "git"
     new: Artifact | None = None
     git: GitPin | None = None
@@ -171,25 +169,32 @@ def apply(target: Target, to: str, settings: sources.Settings, layout: workspace
     try:
         entries = workspace.apply_series(base, tree, layout).entries
     except Ds4xError as e:
-        if not (tree / ".git").is_dir():  # it failed before any patch: nothing to leave behind
-            raise
-        listed = [entry.name for entry in series.parse_series(layout.series(target.name))]
-        try:
-            with gitops.open_repo(tree) as repo:
-                applied = int(gitops.run(repo, "rev-list", "--count", f"{workspace.BASE_REF}..HEAD"))
-        except Ds4xError:  # the tree was not set up: the failure is the clone's own
-            raise e from None
-        history = _history(tree, target.git.commit, base.commit, e) if kind == "git" and target.git else ""
-        raise Conflict(e, target.name, tree, listed[applied:], isinstance(e, workspace.AlreadyUpstream),
-                       _add_pinned_base(target, kind, settings, tree), history) from None
+        raise _conflict(e, target, kind, settings, layout, tree) from None
     texts = workspace.export_texts(tree)
-    statuses = [(entry.name, "applies cleanly" if entry.path.read_text(encoding="utf-8") == text
-                 else "applies with offsets (refreshed)") for entry, text in zip(entries, texts)]
+    statuses = [(entry.name, entry.path.read_text(encoding="utf-8") == text) for entry, text in zip(entries, texts)]
     if new is None:
-        return Rolled(kind=kind, pin=None, kernels=target.kernels_wheel, git=git, statuses=statuses)
+        return Rolled(kind=kind, pin=None, kernels=target.kernels_wheel, git=git, statuses=statuses, tree=tree)
     # a wheel names no commit: a git line beside a wheel pin would keep the old one, so it goes
-    return Rolled(kind=kind, pin=new, kernels=_kernels(target, new.version), statuses=statuses,
+    return Rolled(kind=kind, pin=new, kernels=_kernels(target, new.version), statuses=statuses, tree=tree,
                   git=_git_pin(target, base, settings) if kind == "sdist" else None)
+
+
+def _conflict(error: Ds4xError, target: Target, kind: str, settings: sources.Settings, layout: Layout,
+              tree: Path) -> Ds4xError:
+    """What a failed apply leaves: a RollConflict naming the tree and the patches
+    still to apply there, or the error itself when no patch was tried."""
+    if not (tree / ".git").is_dir():  # it failed before any patch: nothing to leave behind
+        return error
+    listed = [entry.name for entry in series.parse_series(layout.series(target.name))]
+    try:
+        with gitops.open_repo(tree) as repo:
+            applied = int(gitops.run(repo, "rev-list", "--count", f"{workspace.BASE_REF}..HEAD"))
+    except Ds4xError:  # the tree was not set up: the failure is the clone's own
+        return error
+    if isinstance(error, PatchError) and kind == "git" and target.git:
+        error = PatchError(_history(tree, target.git.commit, error.problem))
+    pinned_ref = PINNED_REF if _add_pinned_base(target, kind, settings, tree) else None
+    return RollConflict(error, target=target.name, tree=tree, remaining=listed[applied:], pinned_ref=pinned_ref)
 
 
 def _inline(artifact: Artifact) -> str:

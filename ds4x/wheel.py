@@ -25,11 +25,10 @@ from packaging.version import Version
 from wheel.wheelfile import WheelFile
 
 from ds4x import __version__
+from ds4x.checkout import PROVENANCE
 from ds4x.digest import sha256_file
 from ds4x.errors import Ds4xError
 from ds4x.scratch import atomic_path, atomic_write
-
-PROVENANCE = "ds4x_provenance.json"
 
 
 @dataclass(frozen=True, kw_only=True)

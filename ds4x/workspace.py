@@ -6,47 +6,31 @@ import re
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from git import Repo
 
 from ds4x import gitops, overlay, series
-from ds4x.errors import Ds4xError, InputError
+from ds4x.checkout import Layout as Layout  # re-exported: bench/rebuild.py builds one
+from ds4x.errors import Ds4xError
 from ds4x.log import logger
+from ds4x.problems import PatchError, PatchProblem
 from ds4x.scratch import atomic_dir, scratch_dir
 from ds4x.sources import Base
 
 BASE_REF = "refs/ds4x/base"
 
 
-@dataclass(frozen=True, kw_only=True)
-class Layout:
-    """Where a checkout of ds4x keeps its series and overlays."""
-
-    patches: Path
-    overlays: Path
-
-    def series(self, target: str) -> Path:
-        return self.patches / target / "series"
-
-
-def _where_it_fails(stderr: str) -> str:
+def _where_it_fails(stderr: str) -> tuple[str | None, int | None, str]:
+    """The hunk git stopped at (file, line), else its last word."""
     found = re.search(r"patch failed: (\S+):(\d+)", stderr)
-    return f"hunk at {found[1]}:{found[2]}" if found else stderr.splitlines()[-1]
+    return (found[1], int(found[2]), "") if found else (None, None, stderr.splitlines()[-1])
 
 
-class AlreadyUpstream(Ds4xError):
-    """A patch that does not apply because upstream has its change, as it is or its own way."""
-
-    def __init__(self, message: str, hint: str, how: str) -> None:
-        super().__init__(message, hint)
-        self.how = how
-
-
-def fixed_differently(info: series.PatchInfo, tree: Path) -> str | None:
+def fixed_differently(info: series.PatchInfo, tree: Path) -> tuple[str, str] | None:
     """Upstream's own fix, shown in `tree`: the file that the patch's
-    Applied-Upstream field names defines the name it names (None: not shown)."""
+    Applied-Upstream field names defines the name it names, as (file, name) (None: not shown)."""
     marker = info.upstream_marker
     if marker is None:
         return None
@@ -56,47 +40,41 @@ def fixed_differently(info: series.PatchInfo, tree: Path) -> str | None:
     except (OSError, UnicodeDecodeError):
         return None
     defined = re.search(rf"(?m)^\s*(?:(?:async\s+)?def|class)\s+{name}\b|^{name}\s*[:=]", text)
-    return f"{path} defines {name}" if defined else None
+    return marker if defined else None
 
 
 def _refusal(repo: Repo, tree: Path, entry: series.PatchEntry, info: series.PatchInfo, base: Base, layout: Layout,
-             problem: str) -> Ds4xError:
+             stderr: str) -> PatchError:
     """Why a patch does not apply: upstream has it (as it is, or its own way), it is corrupt, or it conflicts."""
-    where = f"{base.target.name} @ {base.commit[:12]}"
-    drop = f"delete line {entry.line} of {layout.series(base.target.name)}"
+    found = PatchProblem(kind="conflict", patch=entry.path, name=entry.name, target=base.target.name,
+                         commit=base.commit, series=layout.series(base.target.name), series_line=entry.line,
+                         applied_upstream=info.applied_upstream)
     if gitops.apply_check(repo, entry.path.resolve(), reverse=True) is None:
-        upstream = info.applied_upstream or "the pinned source"
-        return AlreadyUpstream(f"{entry.path}: already applied upstream ({upstream}) at {where}", drop,
-                               "applied upstream (as it is)")
+        return PatchError(replace(found, kind="applied-upstream"))
     shown = fixed_differently(info, tree)
     if shown:
-        return AlreadyUpstream(f"{entry.path}: fixed upstream (differently) at {where}: {shown} "
-                               f"(Applied-Upstream: {info.applied_upstream})", drop,
-                               f"fixed upstream (differently): {shown}")
-    corrupt = re.search(r"corrupt patch at line \d+", problem)
+        return PatchError(replace(found, kind="fixed-upstream", file=shown[0], detail=shown[1]))
+    corrupt = re.search(r"corrupt patch at line (\d+)", stderr)
     if corrupt:
-        return InputError(f"{entry.path}: {corrupt[0]}",
-                          "restore it from git, or recreate it with `build.py refresh` from its tree")
-    return Ds4xError(
-        f"{entry.path}: does not apply to {where}: {_where_it_fails(problem)}",
-        f"rebase it: `build.py apply --target {base.target.name}`, fix, commit, `build.py refresh`",
-    )
+        return PatchError(replace(found, kind="corrupt", line=int(corrupt[1])))
+    file, line, said = _where_it_fails(stderr)
+    return PatchError(replace(found, file=file, line=line, detail=said))
 
 
 @dataclass(frozen=True)
 class Applied:
     entries: list[series.PatchEntry]  # applied as commits, in series order
-    upstream: dict[str, str]  # skipped patch name -> how upstream has it
+    upstream: list[PatchProblem]  # left out (skip_upstream): upstream has them
 
 
 def apply_series(base: Base, tree: Path, layout: Layout, *, skip_upstream: bool = False,
                  after_each: Callable[[Repo, series.PatchEntry], None] | None = None) -> Applied:
     """Clone the base into `tree` and `git am` every patch, naming the one that
-    fails; with skip_upstream, a patch upstream has (AlreadyUpstream) is left out
+    fails; with skip_upstream, a patch upstream has (PatchProblem.upstream_has_it) is left out
     instead. `after_each` runs after each patch's commit."""
     entries = series.parse_series(layout.series(base.target.name))
     gitops.clone_local(base.repo, tree, base.commit, shared=True)
-    applied = Applied(entries=[], upstream={})
+    applied = Applied(entries=[], upstream=[])
     with gitops.open_repo(tree) as repo:
         gitops.run(repo, "update-ref", BASE_REF, base.commit)
         for number, entry in enumerate(entries, 1):
@@ -110,10 +88,10 @@ def apply_series(base: Base, tree: Path, layout: Layout, *, skip_upstream: bool 
                 applied.entries.append(entry)
                 continue
             error = _refusal(repo, tree, entry, info, base, layout, problem)
-            if not (skip_upstream and isinstance(error, AlreadyUpstream)):
+            if not (skip_upstream and error.problem.upstream_has_it):
                 raise error
-            logger.info("  %s: %s", entry.name, error.how)
-            applied.upstream[entry.name] = error.how
+            logger.info("  %s: upstream has it, left out", entry.name)
+            applied.upstream.append(error.problem)
     return applied
 
 
@@ -146,27 +124,30 @@ def export_texts(tree: Path, stable: bool = True) -> list[str]:
 
 @dataclass(frozen=True)
 class Checked:
-    problems: list[str]
-    upstream: dict[str, str]  # patches left out (skip_upstream): name -> how upstream has it
+    problems: list[PatchProblem]
+    upstream: list[PatchProblem]  # patches left out (skip_upstream): upstream has them
+    listed: int  # patches in the series
 
 
 def check(base: Base, layout: Layout, skip_upstream: bool = False) -> Checked:
     """Problems with a target's series: applies exactly, round-trips byte for byte, nothing unused.
     With skip_upstream (another release), a patch upstream has is left out and named instead."""
-    problems: list[str] = []
-    listed = series.parse_series(layout.series(base.target.name))
+    problems: list[PatchProblem] = []
+    where = layout.series(base.target.name)
+    listed = series.parse_series(where)
     with scratch_dir(f"ds4x-{base.target.name}-") as tmp:
         applied = apply_series(base, tmp / "tree", layout, skip_upstream=skip_upstream)
         texts = export_texts(tmp / "tree")
     if len(texts) != len(applied.entries):
-        problems.append(f"{len(applied.entries)} patches in the series gave {len(texts)} commits (an empty patch?)")
-    for entry, text in zip(applied.entries, texts):
-        if entry.path.read_text(encoding="utf-8") != text:
-            problems.append(f"{entry.path}: re-export differs (run refresh and commit the result)")
-    folder = layout.series(base.target.name).parent
-    unused = sorted(p.name for p in folder.glob("*.patch") if p.name not in {e.name for e in listed})
-    problems += [f"{folder / name}: not listed in series" for name in unused]
-    return Checked(problems=problems, upstream=applied.upstream)
+        problems.append(PatchProblem(kind="lost-commits", patch=where, target=base.target.name, commit=base.commit,
+                                     detail=f"{len(applied.entries)} patches in the series gave {len(texts)} commits"))
+    problems += [PatchProblem(kind="re-export-differs", patch=entry.path, name=entry.name, target=base.target.name,
+                              commit=base.commit, series=where, series_line=entry.line)
+                 for entry, text in zip(applied.entries, texts) if entry.path.read_text(encoding="utf-8") != text]
+    unused = sorted(p.name for p in where.parent.glob("*.patch") if p.name not in {e.name for e in listed})
+    problems += [PatchProblem(kind="not-listed", patch=where.parent / name, name=name, target=base.target.name,
+                              commit=base.commit, series=where) for name in unused]
+    return Checked(problems=problems, upstream=applied.upstream, listed=len(listed))
 
 
 def refresh(tree: Path, layout: Layout, target: str) -> list[str]:

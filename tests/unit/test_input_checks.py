@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from ds4x import series
-from ds4x.cli import ROOT, main
+from ds4x.checkout import HOME
+from ds4x.cli import main
 from ds4x.errors import InputError
 from ds4x.plan import EXAMPLE
 from ds4x.sources import local_mirror
 
-GOOD_PINS = (ROOT / "pins.toml").read_text()
+GOOD_PINS = HOME.pins.read_text()
 FORK = "https://github.com/guqiong96/Lvllmds4-x"
 
 
@@ -82,7 +83,7 @@ def test_pins_a_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
 def test_the_pins_of_the_checkout_pass() -> None:
     from ds4x import pins
 
-    assert set(pins.load(ROOT / "pins.toml").targets) == {"lvllmds4-x", "vllm", "flashinfer"}
+    assert set(pins.load(HOME.pins).targets) == {"lvllmds4-x", "vllm", "flashinfer"}
 
 
 @pytest.mark.parametrize(
@@ -131,7 +132,7 @@ def test_a_tree_where_no_folder_can_be_made(capsys: pytest.CaptureFixture[str], 
 @pytest.mark.parametrize("to", ["", " ", "0.33.0\n", "a b"])
 def test_roll_to_names_a_version(capsys: pytest.CaptureFixture[str], to: str) -> None:
     assert "argument --to: " in refused(capsys, "roll", "--target", "vllm", "--to", to)
-    assert not (ROOT / "trees" / f"vllm-{to}").exists()
+    assert not (HOME.trees / f"vllm-{to}").exists()
 
 
 @pytest.mark.parametrize(

