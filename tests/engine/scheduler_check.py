@@ -211,7 +211,7 @@ def run_live_timing(model: str, draft_depth: dict[str, Any] | None) -> dict[str,
 
     for _ in range(30):
         step([[30, 31]] * len(ids))
-    timed, lengths = costs.clock, sorted(costs.samples)  # clock: every timing, samples: the latest per length
+    timed, lengths = costs.clock, sorted({t for _, t in costs.samples})  # clock: every timing, samples: the latest per length
     uneven = step([[30, 31], []])
     return {"timed": timed, "lengths": lengths, "uneven_step": uneven, "uneven_timed": costs.clock - timed}
 

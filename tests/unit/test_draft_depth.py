@@ -234,6 +234,35 @@ def test_adaptive_times_untimed_depths_then_uses_the_timings() -> None:
     assert depths[-50:].count(0) + depths[-50:].count(1) >= 45  # then the cheap depths win
 
 
+H200_STEP_S = {1: [0.0161, 0.0337, 0.0455], 2: [0.0352, 0.0558, 0.0801]}  # bench/results/h200-e2e, by requests
+
+
+def test_adaptive_prices_one_request_with_one_request_timings() -> None:
+    """The H200 benchmark's case: two requests, where depth 1 is best, then one, where
+    depth 0 is. Timings of two-request steps at depth 0 must not make depth 1 look
+    cheaper than depth 0 with one request (per position acceptance 0.62)."""
+    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive"}, 2), 2, tracker())
+    names = ["x", "y"]
+    for name in names:
+        policy.add(name, [THINK], None)
+    depths = []
+    for step in range(600):
+        if step == 300:
+            policy.forget("y")
+            names = ["x"]
+        depth = max(policy.depth(n) for n in names)
+        depths.append(depth)
+        policy.costs.observe(depth + 1, H200_STEP_S[len(names)][depth], len(names))
+        for i, name in enumerate(names):
+            accepted = sum(itertools.accumulate(((step * 7 + i * 3 + j) % 50 < 31 for j in range(depth)),
+                                                lambda a, b: a and b))  # ~0.62 a position, in order
+            policy.on_verified(name, depth, accepted)
+            policy.on_tokens(name, [5] * (1 + accepted))
+        policy.step()
+    assert depths[200:300].count(1) >= 80  # two requests: depth 1
+    assert depths[500:].count(0) >= 90  # one request: depth 0
+
+
 def test_live_step_costs_replace_the_prior() -> None:
     costs = dd.StepCosts(prior=[1.0, 1.0, 1.0])
     for seconds in (0.010, 0.011, 0.500):  # one stray slow step
@@ -246,6 +275,27 @@ def test_live_step_costs_replace_the_prior() -> None:
     for _ in range(600):
         costs.observe(1, 0.010)
     assert costs.unmeasured() == [2, 3]  # 3 tokens not timed for 600 steps: stale
+
+
+def test_step_costs_are_per_batch_size() -> None:
+    """Timings of two-request steps price two-request steps only; a batch size
+    not timed yet borrows the nearest one's and is untimed (explored)."""
+    costs = dd.StepCosts(prior=[1.0, 1.0, 1.0])
+    for _ in range(3):
+        costs.observe(1, 0.016)
+        costs.observe(2, 0.034)
+        costs.observe(3, 0.045)
+    assert costs.relative() == pytest.approx([0.016, 0.034, 0.045])
+    for _ in range(3):
+        costs.observe(1, 0.035, requests=2)  # depth 0 with two requests costs more than depth 1 with one
+    assert costs.relative() == pytest.approx([0.035, 0.035, 0.035])  # the rest from the (flat) prior
+    assert costs.unmeasured() == [2, 3]
+    costs.observe(2, 0.034)  # one request again: its own timings, untouched by the two-request ones
+    assert costs.relative() == pytest.approx([0.016, 0.034, 0.045])
+    assert costs.unmeasured() == []
+    costs.observe(1, 0.070, requests=4)  # 4: fewer than min_samples, so the nearest timed batch (2) answers
+    assert costs.relative()[0] == pytest.approx(0.035)
+    assert costs.unmeasured() == [1, 2, 3]
 
 
 @pytest.mark.parametrize(

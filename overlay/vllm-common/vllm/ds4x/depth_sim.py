@@ -66,7 +66,7 @@ def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], accep
         p = conditional(acceptance[phase], k)
         while done[phase][0] < tokens[phase] * requests:
             depth = policy.batch_depth[max(policy.depth(name) for name in names)]
-            policy.costs.observe(depth + 1, costs[depth])
+            policy.costs.observe(depth + 1, costs[depth], requests)
             for name in names:
                 accepted = 0
                 while accepted < depth and rng.random() < p:

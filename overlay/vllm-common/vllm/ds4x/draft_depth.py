@@ -291,46 +291,58 @@ class Acceptance:
 
 @dataclass
 class StepCosts:
-    """Seconds per step by tokens verified per request (1..K_max+1): the prior
-    from the config until live timings arrive, then the median of the latest
-    timings (robust to a stray slow step). A length not timed lately is stale."""
+    """Seconds per step by tokens verified per request (1..K_max+1), for the batch
+    size running now: the prior from the config until live timings arrive, then
+    the median of the latest timings (robust to a stray slow step). Timings are
+    kept per batch size, because a step's cost is the batch's tokens, not one
+    request's: on the H200 benchmark, depth 0 timed with two requests made depth 1
+    look cheaper with one. A batch size with no timings of its own borrows the
+    nearest timed one's; a length not timed lately is stale."""
 
     prior: list[float]
     window: int = 15
     min_samples: int = 3
     stale_after: int = 512
-    samples: dict[int, list[float]] = field(default_factory=dict)
-    last_seen: dict[int, int] = field(default_factory=dict)
+    samples: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    """(requests, tokens per request): the latest timings"""
+    last_seen: dict[tuple[int, int], int] = field(default_factory=dict)
     clock: int = 0
+    batch: int = 1
+    """the requests of the latest timed step: the batch the answers are for"""
     _relative: list[float] | None = None
     _unmeasured: list[int] | None = None
 
-    def observe(self, tokens: int, seconds: float) -> None:
-        kept = self.samples.setdefault(tokens, [])
+    def observe(self, tokens: int, seconds: float, requests: int = 1) -> None:
+        key = (requests, tokens)
+        kept = self.samples.setdefault(key, [])
         kept.append(seconds)
         del kept[: -self.window]
         self.clock += 1
-        self.last_seen[tokens] = self.clock
+        self.last_seen[key] = self.clock
+        self.batch = requests
         self._relative = self._unmeasured = None
 
-    @property
-    def seen(self) -> dict[int, float]:
-        return {t: sorted(v)[len(v) // 2] for t, v in self.samples.items() if len(v) >= self.min_samples}
+    def seen(self, requests: int) -> dict[int, float]:
+        return {t: sorted(v)[len(v) // 2] for (n, t), v in self.samples.items()
+                if n == requests and len(v) >= self.min_samples}
 
     def relative(self) -> list[float]:
-        """Cost of 1..K_max+1 tokens; untimed entries scaled from the prior."""
+        """Cost of 1..K_max+1 tokens at the current batch (or the nearest timed
+        one); untimed entries scaled from the prior."""
         if self._relative is None:
-            seen = self.seen
+            timed = {n for (n, _), v in self.samples.items() if len(v) >= self.min_samples}
+            seen = self.seen(min(timed, key=lambda n: (abs(n - self.batch), n))) if timed else {}
             scale = sum(seen[t] / self.prior[t - 1] for t in seen) / len(seen) if seen else 1.0
             self._relative = [seen.get(t, self.prior[t - 1] * scale) for t in range(1, len(self.prior) + 1)]
         return self._relative
 
     def unmeasured(self) -> list[int]:
-        """Lengths with too few timings, or none lately."""
+        """Lengths with too few timings at the current batch, or none lately."""
         if self._unmeasured is None:
             self._unmeasured = [
                 t for t in range(1, len(self.prior) + 1)
-                if len(self.samples.get(t, ())) < self.min_samples or self.clock - self.last_seen[t] > self.stale_after
+                if len(self.samples.get((self.batch, t), ())) < self.min_samples
+                or self.clock - self.last_seen[(self.batch, t)] > self.stale_after
             ]
         return self._unmeasured
 

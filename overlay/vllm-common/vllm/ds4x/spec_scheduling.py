@@ -272,7 +272,7 @@ class DraftDepthScheduling:
             return
         tokens = max(scheduled.values())
         if tokens <= self.policy.k_max + 1 and tokens * len(scheduled) == scheduler_output.total_num_scheduled_tokens:
-            self.policy.costs.observe(tokens, now - step_end)  # one length: the total is the longest times the count
+            self.policy.costs.observe(tokens, now - step_end, len(scheduled))  # one length: the total is the longest times the count
 
 
 def validate_request(params: Any, speculative_config: Any) -> None:
