@@ -2,12 +2,13 @@
 counted. Writes OUTDIR/CASE.json.
 
 Usage: case.py CASE OUTDIR MODELROOT
-  CASE = {dense,moe}-{eager,fixed,phase12,phase02,adaptive,adaptivelow}[-v1]
+  CASE = {dense,moe,dflash}-{eager,fixed,phase12,phase02,adaptive,adaptivelow}[-v1]
   eager: no speculation, enforce_eager (the reference tokens). The others: FULL_DECODE_ONLY
   graphs, K=2, reasoning parser deepseek_r1, and the draft_depth policy named; model
   runner v2 with EAGLE (the user's runner: DSpark forces it), or with -v1 model runner v1
   with n-gram drafts. adaptivelow (v2): adaptive with each draft kept with probability
   LOW_KEEP (drafts.py), so acceptance is low and adaptive must verify fewer than K.
+  dflash: a Qwen3 target with a random DFlash draft (DSpark's family; v2 only).
 Two requests reason (their prompt opens <think>) for 64 tokens, two answer (</think>
 closed) for 24, so decode batches are mixed first and reasoning-only after."""
 
@@ -50,6 +51,7 @@ def engine_args(path: str) -> dict:
     if MODE == "eager":
         return {**kw, **EAGER}
     spec = ({"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3, "prompt_lookup_min": 1} if V1
+            else {"method": "dflash", "model": path + "_draft", "num_speculative_tokens": K} if KIND == "dflash"
             else {"method": "eagle", "model": path + "_eagle", "num_speculative_tokens": K})
     policy = POLICIES[{"phase12": "phase 1/2", "phase02": "phase 0/2", "adaptivelow": "adaptive"}.get(MODE, MODE)]
     if policy is not None:
@@ -62,7 +64,7 @@ def run() -> dict:
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0" if V1 else "1"
     counters = Counters(K, V1)
     managers = counters.install()
-    drafts = DraftFilter(vocab=4096)
+    drafts = DraftFilter(vocab=json.loads((Path(ROOT) / KIND / "config.json").read_text())["vocab_size"])
     if MODE == "adaptivelow":
         drafts.set(default=LOW_KEEP)
         drafts.install()

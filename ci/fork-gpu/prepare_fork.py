@@ -27,14 +27,15 @@ EDITS = [
      "        )\n" + NO_FUSION_PASSES +
      "        def minimax_m3_msa_warmup(worker):\n"
      "            return None\n"),
-    # EAGLE loading imports set_model_tag through the same chain; a no-op with compilation mode NONE
-    ("v1/worker/gpu/spec_decode/eagle/utils.py",
-     "    from vllm.compilation.backends import set_model_tag\n",
-     "    try:\n"
-     "        from vllm.compilation.backends import set_model_tag\n" + NO_FUSION_PASSES +
-     "        import contextlib\n\n"
-     "        def set_model_tag(tag, is_encoder=False):\n"
-     "            return contextlib.nullcontext()\n"),
+    # EAGLE and DFlash loading import set_model_tag through the same chain; a no-op with
+    # compilation mode NONE
+    *((f"v1/worker/gpu/spec_decode/{drafter}/utils.py",
+       "    from vllm.compilation.backends import set_model_tag\n",
+       "    try:\n"
+       "        from vllm.compilation.backends import set_model_tag\n" + NO_FUSION_PASSES +
+       "        import contextlib\n\n"
+       "        def set_model_tag(tag, is_encoder=False):\n"
+       "            return contextlib.nullcontext()\n") for drafter in ("eagle", "dflash")),
 ]
 
 

@@ -5,7 +5,8 @@ no decode step ran eagerly (with n-gram on v1: none that was uniform at a captur
 length); decode steps replayed graphs at the query lengths the policy verifies (adaptive
 at low acceptance: below K too); MoE cases captured lk_moe's cpu_decode in the graphs
 and never ran _cpu_prefill in a decode step; on model runner v2 the drafter replayed
-its graphs after depth-0 steps whenever there were any. Exit 1 on any failure.
+its graphs after depth-0 steps whenever there were any, and DFlash's drafter its own
+graphs. Exit 1 on any failure.
 
 Usage: report.py RESDIR"""
 
@@ -39,6 +40,8 @@ def check_graphs(case: str, result: dict) -> list[str]:
         problems.append(f"adaptive verified only K at low acceptance (replayed {sorted(replayed)})")
     if not ngram and result["decode_steps"]["graph"].get("1") and not result["drafter_after"].get("1"):
         problems.append("the drafter replayed no graph after a depth-0 step")
+    if case.startswith("dflash") and not sum(result["replays"].get("DFlashCudaGraphManager", {}).values()):
+        problems.append("DFlash's drafter replayed none of its own graphs")
     return problems
 
 

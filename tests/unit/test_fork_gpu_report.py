@@ -95,3 +95,14 @@ def test_no_list_of_cases_asked_for_fails(passing: dict[str, dict[str, Any]], tm
     write(tmp_path, passing, list(passing))
     (tmp_path / "asked").unlink()
     assert load().main(tmp_path) == 1
+
+
+def test_a_dflash_case_must_replay_the_drafters_own_graphs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """DSpark's family keeps its drafter in DFlashCudaGraphManager's graphs: none replayed fails."""
+    replayed = case({"1": 3, "3": 30}, lk_moe={})
+    replayed["replays"]["DFlashCudaGraphManager"] = {"3": 33}
+    results = {"dflash-eager": {"ok": True, "tokens": TOKENS}, "dflash-adaptivelow": replayed}
+    assert load().main(write(tmp_path, results, list(results))) == 0
+    replayed["replays"]["DFlashCudaGraphManager"] = {}
+    assert load().main(write(tmp_path, results, list(results))) == 1
+    assert "DFlash's drafter replayed none of its own graphs" in capsys.readouterr().out
