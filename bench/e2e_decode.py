@@ -49,12 +49,15 @@ SAME_BEHAVIOUR = [("reasoning", "fixed 0", "phase 0/2"), ("reasoning", "fixed 1"
 class Results:
     """The three files, checked; every problem found is in .problems."""
 
-    def __init__(self, resdir: Path) -> None:
+    def __init__(self, resdir: Path, baseline: bool = True) -> None:
+        """baseline False: a run of the speculative engine alone (E2E_MODES=spec), whose
+        report leaves out no speculation and must not need it."""
         self.problems: list[str] = []
+        self.baseline = baseline
         self.profile = self._read(resdir / "measure.json")
-        self.nospec = self._engine(resdir / "e2e-nospec.json")
+        self.nospec = self._engine(resdir / "e2e-nospec.json") if baseline else {}
         self.spec = self._engine(resdir / "e2e-spec.json")
-        self.policies = [NO_SPEC, *sim.policies(K)]
+        self.policies = [NO_SPEC, *sim.policies(K)] if baseline else list(sim.policies(K))
         self.cells = self._by_cell()
 
     def _read(self, path: Path) -> dict[str, Any]:
@@ -73,7 +76,7 @@ class Results:
 
     @property
     def ok(self) -> bool:
-        return bool(self.profile and self.nospec and self.spec)
+        return bool(self.profile and (self.nospec or not self.baseline) and self.spec)
 
     def _by_cell(self) -> dict[tuple[str, int, str], list[dict[str, Any]]]:
         """(phase, requests, policy) -> the cells of every round."""
@@ -110,6 +113,8 @@ def check(res: Results) -> None:
             if len(tokens) > 1:
                 res.problems.append(f"{phase} x{n}: greedy tokens differ between cells ({len(tokens)} variants)")
     for run, lengths in ((res.nospec, {"1"}), (res.spec, {"1", "2", "3"})):
+        if not run:
+            continue  # no baseline asked for
         steps = run.get("decode_steps", {})
         if sum(steps.get("eager", {}).values()):
             res.problems.append(f"{run.get('mode')}: eager decode steps: {steps['eager']}")
@@ -192,7 +197,8 @@ def step_split(res: Results, n: int) -> tuple[list[str], list[float]]:
     lines = [f"{'verified depth':<15} {'step ms':>8} {'reasoning':>10} {'answer':>7} {'CPU experts':>12} {'rest':>6}"
              f"   (x{n} requests, {layers} layers)"]
     seconds = []
-    for label, policy, depth in [(NO_SPEC, NO_SPEC, 0)] + [(str(d), f"fixed {d}", d) for d in range(K + 1)]:
+    rows = [(NO_SPEC, NO_SPEC, 0)] if res.baseline else []
+    for label, policy, depth in rows + [(str(d), f"fixed {d}", d) for d in range(K + 1)]:
         ms = step_ms(res, n, policy, depth)
         by_phase = [step_ms(res, n, policy, depth, (phase,)) for phase in PHASES]
         cpu = layers * res.layer_ms(n * (depth + 1))
@@ -258,14 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("resdir", type=Path)
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--spec-only", action="store_true",
+                        help="the run has no no-speculation engine (E2E_MODES=spec): leave it out")
     args = parser.parse_args(argv)
-    res = Results(args.resdir)
+    res = Results(args.resdir, baseline=not args.spec_only)
     check(res)
     if res.ok and not res.problems:
         spec = res.spec
         print(f"stand-in: {spec['layers']} MoE layers, lk_moe bf16 experts at LK_THREADS={spec['lk_threads']}, "
               f"{spec['tokens_per_request']} tokens a request, {1 + max(c['round'] for c in spec['cells'])} rounds, "
-              f"async scheduling {spec['async_scheduling']}; engine start {res.nospec['init_s']} / {spec['init_s']} s")
+              f"async scheduling {spec['async_scheduling']}; engine start {res.nospec.get('init_s', '-')} / {spec['init_s']} s")
         cells = res.cells
         print("acceptance at depth 2 (vLLM's metrics): " + ", ".join(
             f"{phase} {acceptance(cells, phase):.3f} (set {spec['acceptance_set'][phase]})"

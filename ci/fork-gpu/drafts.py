@@ -1,18 +1,18 @@
 """Set draft acceptance: each draft a v2 speculator proposes (EAGLE, DFlash, DSpark)
-is kept with the probability its token's group is given, else replaced by a token
-the target never emits, so it is rejected. Applied eagerly after propose(), outside
+is kept with the probability its token's group is given, else replaced by another
+token drawn at random (d + r mod vocab, r in 1..vocab-1), so a right draft is rejected
+and the rejected tokens of a step are as distinct as real wrong drafts: each routes to
+its own experts, and a step costs what a real one does. Applied eagerly after propose(), outside
 the drafter's own graph, and never while a graph is captured. Lossless under
 greedy decoding, as any draft the target verifies (with temperature > 0 the
 rejection sampler would weigh the swapped token by the drafter's probabilities)."""
 
 import torch
 
-WRONG = 5  # in no cycle of e2e_model.py, and never the tiny loop models' output
-
 
 class DraftFilter:
     def __init__(self, vocab: int) -> None:
-        self.vocab = vocab
+        self.vocab = vocab  # the target's: replacements are embedded
         self.active = False
         self._keep: dict[tuple[int, ...], float] = {}
         self._default = 1.0
@@ -33,7 +33,8 @@ class DraftFilter:
             self._table = table.to(drafts.device)
             self._gen = self._gen or torch.Generator(drafts.device).manual_seed(0)
         kept = torch.rand(drafts.shape, device=drafts.device, generator=self._gen) < self._table[drafts.long()]
-        return torch.where(kept, drafts, torch.full_like(drafts, WRONG))
+        shift = torch.randint(1, self.vocab, drafts.shape, device=drafts.device, generator=self._gen, dtype=drafts.dtype)
+        return torch.where(kept, drafts, (drafts + shift) % self.vocab)
 
     def install(self) -> None:
         """Wrap every speculator model runner v2 makes."""

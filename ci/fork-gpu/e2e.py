@@ -10,11 +10,16 @@ between cells (no request in flight) the scheduler's policy object is swapped fo
 next policy's, each made once and kept (see Policies). nospec: no speculation.
 
 A cell is one phase (reasoning or answer), 1 or 2 requests started together, one
-policy; greedy, E2E_TOKENS tokens a request (default 192). Its steady decode rate is
+policy; greedy, E2E_TOKENS tokens a request (default 96). Its steady decode rate is
 the tokens made from the first step after prefill to the step where the first request
 finishes, over that time; its step times come from the scheduler's own calls, by
-verified depth. E2E_ROUNDS rounds (default 2), the policy order rotated each round.
+verified depth. E2E_ROUNDS rounds (default 3), the policy order rotated each round.
 The JSON is rewritten after every cell, so a run cut short keeps what it measured.
+
+Then, unless E2E_PROFILE=0, a short cell per request count (depths 0 and K with spec)
+under torch.profiler: OUTDIR/trace-MODE-xN-DEPTH.json.gz, a step's timeline on the GPU
+(read by bench/step_timeline.py: where the step's time goes, and what overlaps the CPU
+experts).
 """
 
 import json
@@ -33,8 +38,8 @@ from harness import ENGINE, GRAPHS, Counters, spec_metrics
 MODE, OUTDIR, MODELS = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 K = 2
 ACCEPTANCE = {"reasoning": 0.4, "answer": 0.9}  # vLLM's accepted / drafted at depth K, as the user sees it
-TOKENS = int(os.environ.get("E2E_TOKENS", "192"))
-ROUNDS = int(os.environ.get("E2E_ROUNDS", "2"))
+TOKENS = int(os.environ.get("E2E_TOKENS", "96"))
+ROUNDS = int(os.environ.get("E2E_ROUNDS", "3"))
 REQUESTS = [int(n) for n in os.environ.get("E2E_REQUESTS", "1 2").split()]
 PHASES = ("reasoning", "answer")
 ENGINE_POLICY = {"policy": "adaptive", "min_depth": 0}  # captures graphs for depths 0..K
@@ -118,11 +123,11 @@ def accepted(metrics: dict) -> tuple[float, float]:
             metrics.get("vllm:spec_decode_num_accepted_tokens", 0) or 0)
 
 
-def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count) -> dict:
+def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count, tokens: int = TOKENS) -> dict:
     from vllm import SamplingParams
 
     engine = llm.llm_engine
-    params = SamplingParams(temperature=0.0, max_tokens=TOKENS, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
     slot = {}  # the request's place in the cell, by the id it was given and the one vLLM gave it
     for i, prompt in enumerate(prompt_ids):
         name = f"r{next(ids)}"
@@ -189,7 +194,31 @@ def main() -> dict:
                     print(f"cell {round_} {phase} x{n} {name}: {cell['tok_s'] or 0:.2f} tok/s, steps "
                           f"{ {d: round(s['median_ms'], 1) for d, s in cell['steps'].items()} }", flush=True)
                     write({**result, **counters.report(managers)})
+    if os.environ.get("E2E_PROFILE", "1") != "0":
+        result["traces"] = profile(llm, log, texts, scheduling, ids)
     return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm)}
+
+
+def profile(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: count) -> list[str]:
+    """Reasoning cells of E2E_PROFILE_TOKENS under torch.profiler, one trace each (graph
+    kernels included: CUPTI records a replayed graph's kernels under its launch's correlation)."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from vllm.ds4x import depth_sim
+
+    tokens, made = int(os.environ.get("E2E_PROFILE_TOKENS", "24")), []
+    policies = depth_sim.policies(K)
+    for n in REQUESTS:
+        for depth in ("0", str(K)) if scheduling else ("none",):
+            if scheduling:
+                scheduling.use(f"fixed {depth}", policies[f"fixed {depth}"])
+            with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                run_cell(llm, log, texts["reasoning"][:n], ids, tokens)
+            name = f"trace-{MODE}-x{n}-{depth}.json.gz"
+            prof.export_chrome_trace(str(OUTDIR / name))
+            made.append(name)
+            print("profiled", name, flush=True)
+    return made
 
 
 def write(result: dict) -> None:

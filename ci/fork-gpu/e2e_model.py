@@ -12,9 +12,9 @@ next(t) of lm_head is t's embedding. Reasoning and answer requests walk two
 disjoint cycles, and the tokens of a step differ, so routing is fresh per token.
 
 Drafter: an EAGLE-1 head that drafts next(t) (fc passes the token's embedding
-through; embeddings and lm_head are the target's). `keep_drafts` then keeps each
-draft with its cycle's probability and replaces the rest with a token no cycle
-holds (drafts.py): acceptance per phase is set, and vLLM's own metrics read it back.
+through; embeddings and lm_head are the target's). `DraftFilter` then keeps each
+draft with its cycle's probability and replaces the rest with another random token
+(drafts.py): acceptance per phase is set, and vLLM's own metrics read it back.
 
 Usage: e2e_model.py DEST   -> DEST/target, DEST/eagle (configs and tokenizer)"""
 
@@ -31,7 +31,7 @@ THINK, END_THINK = 1, 2
 VOCAB = 384  # tests/engine/tiny_model.py's tokenizer
 REASONING_CYCLE = list(range(10, 190))
 ANSWER_CYCLE = list(range(190, 370))
-CYCLES = {"reasoning": tuple(REASONING_CYCLE), "answer": tuple(ANSWER_CYCLE)}  # drafts.WRONG is in neither
+CYCLES = {"reasoning": tuple(REASONING_CYCLE), "answer": tuple(ANSWER_CYCLE)}
 SHAPE = {"hidden_size": 4096, "num_experts": 256, "num_experts_per_tok": 6, "moe_intermediate_size": 512,
          "shared_expert_intermediate_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4}
 

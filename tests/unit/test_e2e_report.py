@@ -115,11 +115,25 @@ def test_a_missing_file_fails(runs: tuple[dict[str, Any], dict[str, Any]], tmp_p
     assert "FAIL: e2e-spec.json" in capsys.readouterr().out
 
 
-def test_the_committed_h200_run_passes_its_checks(capsys: pytest.CaptureFixture[str]) -> None:
-    """bench/results/h200-e2e: the run the README quotes; its tables come out of it again."""
-    results = Path(e2e_decode.__file__).parent / "results" / "h200-e2e"
-    assert e2e_decode.main([str(results), "--seeds", "4"]) == 0
+def test_a_spec_only_run_reports_without_the_baseline(runs: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """--spec-only: a run of the speculative engine alone; without the flag it fails closed."""
+    write(tmp_path, *runs)
+    (tmp_path / "e2e-nospec.json").unlink()
+    assert e2e_decode.main([str(tmp_path), "--seeds", "2"]) == 1
+    assert e2e_decode.main([str(tmp_path), "--seeds", "2", "--spec-only"]) == 0
+    out = capsys.readouterr().out.split("FAIL: e2e-nospec.json")[-1]
+    assert "adaptive" in out and "no speculation" not in out and "FAIL" not in out
+
+
+def test_the_committed_h200_runs_pass_their_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results: the runs docs/measured-on-gpu.md quotes; their tables come out of them again."""
+    results = Path(e2e_decode.__file__).parent / "results"
+    assert e2e_decode.main([str(results / "h200-e2e"), "--seeds", "4"]) == 0
     out = capsys.readouterr().out
-    assert "acceptance at depth 2 (vLLM's metrics): reasoning 0.384 (set 0.4), answer 0.900 (set 0.9)" in out
-    assert any(line.startswith("phase 0/2") and "62.56 [62.19-62.92]" in line and line.endswith("1.486")
+    assert "acceptance at depth 2 (vLLM's metrics): reasoning 0.414 (set 0.4), answer 0.898 (set 0.9)" in out
+    assert any(line.startswith("phase 0/2") and "58.31 [57.55-60.68]" in line and line.endswith("1.473")
                for line in out.splitlines())
+    assert e2e_decode.main([str(results / "h200-e2e-adaptive"), "--seeds", "4", "--spec-only"]) == 0
+    out = capsys.readouterr().out
+    assert any(line.startswith("adaptive") and "71.90 [69.35-74.45]" in line for line in out.splitlines())
