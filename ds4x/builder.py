@@ -10,11 +10,12 @@ from typing import Any
 
 from packaging.version import Version
 
-from ds4x import gitops, inputs, overlay, proc, series, sources, wheel
+from ds4x import gitops, inputs, overlay, proc, releases, series, sources, wheel
 from ds4x.digest import sha256_file
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import step
 from ds4x.pins import Artifact, Target
+from ds4x.problems import MissingInput, MissingInputs
 from ds4x.scratch import scratch_dir
 from ds4x.sources import Base, Settings
 from ds4x.workspace import Layout, patched_tree
@@ -24,19 +25,62 @@ DEFAULT_CUDA_ARCHS = "12.0"  # RTX 5090 (sm_120); override with TORCH_CUDA_ARCH_
 
 def check_kernels_choice(target: Target, kernels: str | None) -> None:
     """Refuse before any download what cannot build."""
-    if kernels and not (kernels == "source" or kernels.startswith(inputs.KERNELS_WHEEL)):
-        raise InputError(f"--kernels {kernels!r}", "use --kernels source or --kernels wheel:PATH_OR_URL")
-    if kernels is None and not (target.wheel or target.kernels_wheel):
-        raise InputError(
-            f"target {target.name} needs compiled kernels and none is pinned",
-            "--kernels wheel:<a release wheel whose commit has the pin's csrc/, CMakeLists.txt and cmake/> "
-            "or --kernels source (CUDA toolchain and the fork's build requirements; TORCH_CUDA_ARCH_LIST, default 12.0)",
-        )
+    if kernels and not (kernels == "source" or kernels.startswith((inputs.KERNELS_WHEEL, inputs.KERNELS_RELEASE))):
+        raise InputError(f"--kernels {kernels!r}", "use --kernels source, release:TAG or wheel:PATH_OR_URL")
+    if kernels and kernels.startswith(inputs.KERNELS_RELEASE):
+        releases.find(target, kernels)
     if kernels == "source" and target.wheel:
         raise InputError(f"target {target.name} is pure Python", "drop --kernels")
 
 
-def _wheel_from(spec: str, settings: Settings) -> Path:
+def missing_inputs(target: Target, kernels: str | None, settings: Settings) -> list[MissingInput]:
+    """Every input the build lacks, its kernels and its source, so that one error
+    names them all; those that may yet come from GitHub (certain=False) are named
+    only beside one that is certainly missing."""
+    found = [m for m in (_missing_kernels(target, kernels, settings), _missing_source(target, settings)) if m]
+    return found if any(m.certain for m in found) else []
+
+
+def _missing_kernels(target: Target, kernels: str | None, settings: Settings) -> MissingInput | None:
+    if kernels is None and not (target.wheel or target.kernels_wheel):
+        return MissingInput(kind="kernels", lack="none-given", releases=tuple(r.tag for r in target.kernels_releases),
+                            kernel_sources=target.kernel_sources)
+    if kernels and kernels.startswith(inputs.KERNELS_RELEASE):
+        return releases.missing(target, releases.find(target, kernels), settings)
+    url = kernels.removeprefix(inputs.KERNELS_WHEEL) if kernels else ""
+    if settings.offline and "://" in url:
+        bare = sources.split_url_pin(url)[0]
+        cached = sources.url_cache_path(bare, settings)
+        return None if cached.exists() else MissingInput(kind="kernels", lack="offline", what=bare,
+                                                         where=str(cached.parent))
+    return None
+
+
+def _missing_source(target: Target, settings: Settings) -> MissingInput | None:
+    kind = sources.source_kind(target, settings)
+    dest = sources.base_dir(target, kind, settings)
+    if dest.exists():
+        return None
+    if kind != "git":
+        artifact: Artifact = getattr(target, kind)
+        if settings.offline:
+            return MissingInput(kind="source", lack="offline", what=artifact.filename, where=str(dest))
+        return None  # from the package index, as every download
+    assert target.git
+    what = f"{target.git.url} @ {target.git.commit[:12]}"
+    if settings.offline:
+        return MissingInput(kind="source", lack="offline", what=what, where=str(dest))
+    where = sources.resolve_url(target.git.url, settings.mirrors)
+    if "://" not in where and not Path(where).exists():
+        return MissingInput(kind="source", lack="mirror-missing", what=what, where=where)
+    if where == target.git.url:
+        return MissingInput(kind="source", lack="no-mirror", what=what, upstream=target.git.url, certain=False)
+    return None
+
+
+def _wheel_from(target: Target, spec: str, settings: Settings) -> Path:
+    if spec.startswith(inputs.KERNELS_RELEASE):
+        return releases.fetch(target, releases.find(target, spec), settings)
     where = spec.removeprefix(inputs.KERNELS_WHEEL)
     if "://" in where:
         return sources.fetch_url(where, settings)
@@ -117,6 +161,9 @@ def _inputs(target: Target, layout: Layout) -> tuple[dict[str, bytes], list[dict
 
 def build(target: Target, settings: Settings, layout: Layout, kernels: str | None, dist: Path) -> wheel.Built:
     check_kernels_choice(target, kernels)
+    missing = missing_inputs(target, kernels, settings)
+    if missing:
+        raise MissingInputs(target.name, missing)
     parts, patches, overlay_sums = _inputs(target, layout)
     digest = wheel.series_digest(parts)
     base = sources.fetch(target, settings)
@@ -124,7 +171,7 @@ def build(target: Target, settings: Settings, layout: Layout, kernels: str | Non
         if kernels == "source":
             kernel_wheel = _build_from_source(tree, Path(tmp))
         elif kernels:
-            kernel_wheel = _wheel_from(kernels, settings)
+            kernel_wheel = _wheel_from(target, kernels, settings)
             _check_same_kernels(target, base, kernel_wheel)
         else:
             pinned: Artifact | None = target.wheel or target.kernels_wheel

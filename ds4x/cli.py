@@ -238,7 +238,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = add("wheel", cmd_wheel, "build patched wheels into dist/ with constraints.txt (the main job)")
     _targets(p, "lvllmds4-x and flashinfer")
-    p.add_argument("--kernels", type=inputs.kernels, help="source | wheel:PATH_OR_URL (compiled modules to reuse)")
+    p.add_argument("--kernels", type=inputs.kernels, help="source | release:TAG | wheel:PATH_OR_URL (compiled modules to reuse)")
     p.add_argument("--dist", type=inputs.output_folder, help="output folder (default: dist/ beside the pins file)")
     _targets(add("fetch", cmd_fetch, "fetch pinned sources into the cache"), "the default targets")
     for name, func, text in (

@@ -125,23 +125,33 @@ def output_file(text: str) -> Path:
 
 
 KERNELS_WHEEL = "wheel:"  # --kernels wheel:PATH_OR_URL
+KERNELS_RELEASE = "release:"  # --kernels release:TAG, a release pins.toml names (kernels-releases)
+# A release tag as pins.toml and --kernels release: take it: one URL path segment, no "..".
+RELEASE_TAG = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
 
 
 def kernels(text: str) -> str:
-    """`source`, `wheel:URL` (`#sha256=HEX` pins its file), or `wheel:PATH` of a
-    wheel file (its name and zip checked)."""
+    """`source`, `release:TAG`, `wheel:URL` (`#sha256=HEX` pins its file), or
+    `wheel:PATH` of a wheel file (its name and zip checked)."""
     if text == "source":
+        return text
+    if text.startswith(KERNELS_RELEASE):
+        tag = text.removeprefix(KERNELS_RELEASE)
+        if not tag:
+            raise _bad(text, "expected release:TAG, the tag of a release pins.toml names (kernels-releases)")
+        if not RELEASE_TAG.fullmatch(tag):
+            raise _bad(text, "a release tag is letters, digits, '.', '_', '+' and '-' (no '..'), at most 100")
         return text
     where = text.removeprefix(KERNELS_WHEEL)
     if where == text or not where:
-        raise _bad(text, "expected source or wheel:PATH_OR_URL")
+        raise _bad(text, "expected source, release:TAG or wheel:PATH_OR_URL")
     if "://" in where:
         if _CONTROL.search(where) or " " in where:
             raise _bad(text, "the URL holds spaces or control characters")
         url, sep, fragment = where.partition("#")
         if sep and not re.fullmatch(r"sha256=[0-9a-fA-F]{64}", fragment):
             raise _bad(text, "after the URL, expected #sha256= and the wheel's 64 hex digits, or nothing")
-        if not _is_wheel_name(url_file_name(url)):
+        if not is_wheel_name(url_file_name(url)):
             raise _bad(text, "the URL does not end in a wheel's file name (name-version-tags.whl)")
         return text
     try:
@@ -157,7 +167,7 @@ def url_file_name(url: str) -> str:
     return Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).name
 
 
-def _is_wheel_name(name: str) -> bool:
+def is_wheel_name(name: str) -> bool:
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
     try:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4x.errors import InputError
-from ds4x.inputs import read_text, shown
+from ds4x.inputs import RELEASE_TAG, is_wheel_name, read_text, shown
 
 _SHA1 = re.compile(r"[0-9a-f]{40}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -38,6 +38,16 @@ class Artifact:
 
 
 @dataclass(frozen=True, kw_only=True)
+class KernelsRelease:
+    """A release of the target's git repository whose wheel `--kernels release:TAG`
+    downloads (`<git url>/releases/download/<tag>/<filename>`, or its mirror)."""
+
+    tag: str
+    filename: str
+    sha256: str | None = None  # None: the download is checked only as `--kernels wheel:` is
+
+
+@dataclass(frozen=True, kw_only=True)
 class Target:
     name: str
     description: str = ""
@@ -49,6 +59,9 @@ class Target:
     sdist: Artifact | None = None
     wheel: Artifact | None = None
     kernels_wheel: Artifact | None = None
+    # Not in the repr, which the series digest hashes: the table names where kernels
+    # may come from; the wheel chosen is what the provenance records.
+    kernels_releases: tuple[KernelsRelease, ...] = field(default=(), repr=False)
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -124,7 +137,30 @@ def _artifact(where: str, raw: Any) -> Artifact:
                     sha256=t["sha256"])
 
 
-_PLAIN = {"description", "default", "package", "overlays", "kernel-sources"}
+def _releases(where: str, raw: Any) -> tuple[KernelsRelease, ...]:
+    if not isinstance(raw, list):
+        raise InputError(f"{where}: {shown(raw)} is not a list",
+                         'write kernels-releases = [{ tag = "...", filename = "....whl" }, ...]')
+    found: dict[str, KernelsRelease] = {}
+    for number, item in enumerate(raw):
+        at = f"{where}[{number}]"
+        if not isinstance(item, dict) or not {"tag", "filename"} <= set(item) <= {"tag", "filename", "sha256"}:
+            raise InputError(f"{at}: {shown(item)} is not a release",
+                             'write { tag = "...", filename = "....whl" }, and sha256 = "..." when it is known')
+        t: dict[str, Any] = item
+        tag = _text(f"{at}.tag", t["tag"], RELEASE_TAG, "a release tag (letters, digits, '.', '_', '+', '-')")
+        filename = _text(f"{at}.filename", t["filename"], _NAME, "a file name (no folder)")
+        if not is_wheel_name(filename):
+            raise InputError(f"{at}.filename: {shown(filename)} is not a wheel's file name",
+                             "give the release's .whl, named name-version-tags.whl")
+        if tag in found:
+            raise InputError(f"{at}: tag {tag} is listed twice", "keep one entry per release")
+        sha256 = _check(f"{at}.sha256", t["sha256"], _SHA256, "sha256 digest") if "sha256" in t else None
+        found[tag] = KernelsRelease(tag=tag, filename=filename, sha256=sha256)
+    return tuple(found.values())
+
+
+_PLAIN = {"description", "default", "package", "overlays", "kernel-sources", "kernels-releases"}
 _NESTED = {*SOURCE_KINDS, "kernels-wheel"}
 
 
@@ -145,6 +181,9 @@ def _target(path: Path, name: str, raw: dict[str, Any]) -> Target:
     def artifact(key: str) -> Artifact | None:
         return _artifact(f"{where}.{key}", raw[key]) if key in raw else None
 
+    if raw.get("kernels-releases") and "git" not in raw:
+        raise InputError(f"{where}.kernels-releases: the releases are of the git repository, and there is no git pin",
+                         "pin the target's git url and commit, or drop kernels-releases")
     default = raw.get("default", False)
     if not isinstance(default, bool):
         raise InputError(f"{where}.default: {shown(default)} is not true or false", "write default = true or false")
@@ -159,6 +198,7 @@ def _target(path: Path, name: str, raw: dict[str, Any]) -> Target:
         sdist=artifact("sdist"),
         wheel=artifact("wheel"),
         kernels_wheel=artifact("kernels-wheel"),
+        kernels_releases=_releases(f"{where}.kernels-releases", raw.get("kernels-releases", [])),
     )
 
 

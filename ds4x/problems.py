@@ -1,5 +1,6 @@
-"""What can be wrong with a patch, as records: workspace and roll raise or return
-them, the CLI words them. Nothing downstream reads the words (STYLE.md, errors as data)."""
+"""What can be wrong with a patch or a build's inputs, as records: workspace, roll
+and builder raise or return them, the CLI words them. Nothing downstream reads
+the words (STYLE.md, errors as data)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ds4x.errors import EXIT_BAD_INPUT, EXIT_FAILED, Ds4xError
+from ds4x.errors import EXIT_BAD_INPUT, EXIT_FAILED, Ds4xError, InputError
 
 Kind = Literal[
     "conflict",  # does not apply to the base: `file`:`line` is the hunk git stopped at (None: `detail` is git's word)
@@ -62,3 +63,35 @@ class RollConflict(Ds4xError):
         self.tree = tree
         self.remaining = remaining
         self.pinned_ref = pinned_ref  # the ref naming the pinned base in the tree, so `git am --3way` merges
+
+
+Lack = Literal[
+    "none-given",  # kernels: no --kernels, and none pinned
+    "offline",  # not in the cache, and --offline
+    "no-mirror",  # not in the cache, and no mirror for `upstream`: it comes from there if reachable (certain=False)
+    "mirror-missing",  # the local mirror `where` does not exist
+    "mirror-has-no-file",  # the local mirror `where` holds no such file (a git repository holds no release files)
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MissingInput:
+    """An input a build needs and does not have: its kernels or its source."""
+
+    kind: Literal["kernels", "source"]
+    lack: Lack
+    what: str = ""  # the input: the release, URL or pinned file; the source's URL and commit
+    upstream: str = ""  # the URL a mirror would stand for
+    where: str = ""  # the cache entry, or the local mirror
+    releases: tuple[str, ...] = ()  # kernels: the tags `--kernels release:` knows
+    kernel_sources: tuple[str, ...] = ()  # kernels: what a reused wheel's commit must share with the pin
+    certain: bool = True  # False: it may yet come from `upstream`; named only beside a certain one
+
+
+class MissingInputs(InputError):
+    """Every input a target lacks, at once; the CLI words `missing`."""
+
+    def __init__(self, target: str, missing: list[MissingInput]) -> None:
+        super().__init__(f"target {target}: missing {', '.join(m.kind for m in missing)}")
+        self.target = target
+        self.missing = missing

@@ -280,7 +280,8 @@ def _attempt(url: str, out: IO[bytes], label: str) -> str:
     return digest.hexdigest()
 
 
-def _stream(url: str, dest: Path, label: str, check: Callable[[str], None]) -> None:
+def _stream(url: str, dest: Path, label: str, check: Callable[[str], None],
+            hint: str = "check the network and PIP_INDEX_URL") -> None:
     """Download `url` to `dest`, which appears only once `check` has accepted its
     sha256 (it raises to refuse it). A transient failure starts the file again
     (a few times, with growing pauses)."""
@@ -288,7 +289,7 @@ def _stream(url: str, dest: Path, label: str, check: Callable[[str], None]) -> N
         try:
             actual = _retrying(f"download {label}", lambda: _attempt(url, out, label))
         except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
-            raise Ds4xError(f"cannot download {label}: {e}", "check the network and PIP_INDEX_URL") from e
+            raise Ds4xError(f"cannot download {label}: {e}", hint) from e
         check(actual)
 
 
@@ -298,34 +299,48 @@ def split_url_pin(url: str) -> tuple[str, str | None]:
     return bare, fragment.removeprefix("sha256=").lower() if fragment else None
 
 
-def fetch_url(url: str, settings: Settings) -> Path:
-    """A file named by URL (`--kernels wheel:URL[#sha256=HEX]`), cached under the
-    URL's own hash (two URLs that serve one file name never share an entry) and,
-    when the URL pins a sha256, checked against it on download and on every reuse."""
-    bare, sha256 = split_url_pin(url)
-    name = inputs.url_file_name(bare)
+def url_cache_path(url: str, settings: Settings) -> Path:
+    """Where fetch_url keeps the file of `url` (without its #sha256=)."""
+    name = inputs.url_file_name(url)
     if name in ("", ".", ".."):
-        raise InputError(f"{bare} names no file", "give the URL of the file itself")
-    dest = settings.cache / "downloads" / "by-url" / hashlib.sha256(bare.encode()).hexdigest() / name
+        raise InputError(f"{url} names no file", "give the URL of the file itself")
+    return settings.cache / "downloads" / "by-url" / hashlib.sha256(url.encode()).hexdigest() / name
+
+
+@dataclass(frozen=True, kw_only=True)
+class UrlPin:
+    """Who pins a URL's sha256, in the words of fetch_url's errors."""
+
+    wanted_by: str = "#sha256="
+    fix: str = "fix the #sha256= after the URL in --kernels if it is wrong"
+
+
+def fetch_url(url: str, settings: Settings, pin: UrlPin = UrlPin()) -> Path:
+    """A file named by URL (`--kernels wheel:URL[#sha256=HEX]`, a release), cached
+    under the URL's own hash (two URLs that serve one file name never share an entry)
+    and, when the URL pins a sha256, checked against it on download and on every reuse."""
+    bare, sha256 = split_url_pin(url)
+    dest = url_cache_path(bare, settings)
     if dest.exists():
         if sha256:
-            _check_url_file(bare, sha256, sha256_file(dest), dest)
+            _check_url_file(bare, sha256, sha256_file(dest), dest, pin)
         return dest
     if settings.offline:
         raise Ds4xError(f"{bare} is not in the cache ({dest.parent})", "run once without --offline")
-    _stream(bare, dest, name, lambda actual: _check_url_file(bare, sha256, actual, None))
+    _stream(bare, dest, dest.name, lambda actual: _check_url_file(bare, sha256, actual, None, pin),
+            f"check the network and the URL, or map it to a mirror (--mirror / {MIRRORS_ENV})")
     return dest
 
 
-def _check_url_file(url: str, expected: str | None, actual: str, cached: Path | None) -> None:
+def _check_url_file(url: str, expected: str | None, actual: str, cached: Path | None, pin: UrlPin) -> None:
     """One error naming the URL, both sha256s and the fix; `cached`: the cache entry checked."""
     if expected is None or actual == expected:
         return
-    fix = "fix the #sha256= after the URL in --kernels if it is wrong"
     if cached:
-        raise Ds4xError(f"{url}: the cached {cached} has sha256 {actual}; #sha256= wants {expected}",
-                        f"delete {cached.parent} to download it again, or {fix}")
-    raise Ds4xError(f"{url}: the download has sha256 {actual}; #sha256= wants {expected}", f"{fix}, else the URL")
+        raise Ds4xError(f"{url}: the cached {cached} has sha256 {actual}; {pin.wanted_by} wants {expected}",
+                        f"delete {cached.parent} to download it again, or {pin.fix}")
+    raise Ds4xError(f"{url}: the download has sha256 {actual}; {pin.wanted_by} wants {expected}",
+                    f"{pin.fix}, else the URL")
 
 
 def download(artifact: Artifact, settings: Settings) -> Path:
@@ -404,7 +419,7 @@ def _build(dest: Path, settings: Settings, fill: Callable[[Path], None]) -> None
 def _git_base(target: Target, settings: Settings) -> Base:
     assert target.git
     pin = target.git
-    dest = settings.cache / "git" / f"{target.name}-{pin.commit}"
+    dest = base_dir(target, "git", settings)
     where = resolve_url(pin.url, settings.mirrors)
     if not dest.exists():
         with step(f"fetch {target.name} @ {pin.commit[:12]} from {where}"):
@@ -421,7 +436,7 @@ def _git_base(target: Target, settings: Settings) -> Base:
 
 def _archive_base(target: Target, kind: str, settings: Settings) -> Base:
     artifact: Artifact = getattr(target, kind)
-    dest = settings.cache / "src" / f"{target.name}-{kind}-{artifact.sha256}"
+    dest = base_dir(target, kind, settings)
     origin: dict[str, Any] = {"kind": kind, "filename": artifact.filename, "sha256": artifact.sha256}
 
     def fill(part: Path) -> None:
@@ -446,13 +461,27 @@ def _archive_base(target: Target, kind: str, settings: Settings) -> Base:
     return Base(target=target, repo=dest, commit=commit, origin=origin)
 
 
-def fetch(target: Target, settings: Settings) -> Base:
-    """The target's base from the chosen (or first pinned) source."""
-    kind = settings.source if settings.source in target.sources else target.sources[0]
+def base_dir(target: Target, kind: str, settings: Settings) -> Path:
+    """The cache entry of the target's base from `kind`."""
+    if kind == "git":
+        assert target.git
+        return settings.cache / "git" / f"{target.name}-{target.git.commit}"
+    artifact: Artifact = getattr(target, kind)
+    return settings.cache / "src" / f"{target.name}-{kind}-{artifact.sha256}"
+
+
+def source_kind(target: Target, settings: Settings) -> str:
+    """The chosen (or first pinned) source of the target's base."""
     if settings.source and settings.source not in target.sources:
         raise InputError(
             f"target {target.name} has no {settings.source} pin",
             f"its sources: {', '.join(target.sources)}",
         )
+    return settings.source if settings.source in target.sources else target.sources[0]
+
+
+def fetch(target: Target, settings: Settings) -> Base:
+    """The target's base from the chosen (or first pinned) source."""
+    kind = source_kind(target, settings)
     logger.debug("source of %s: %s", target.name, kind)
     return _git_base(target, settings) if kind == "git" else _archive_base(target, kind, settings)

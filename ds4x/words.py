@@ -1,4 +1,4 @@
-"""The words for what workspace, roll and newest raise or return as records:
+"""The words for what workspace, roll, newest and builder raise or return as records:
 the CLI prints these, and nothing reads them back (STYLE.md, errors as data)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ds4x.errors import Ds4xError
-from ds4x.problems import PatchError, PatchProblem, RollConflict
+from ds4x.problems import MissingInput, MissingInputs, PatchError, PatchProblem, RollConflict
 
 if TYPE_CHECKING:
     from ds4x import newest, roll
@@ -33,7 +33,49 @@ def worded(error: Ds4xError) -> tuple[str, str | None]:
         return worded(error.cause)[0], _roll_hint(error)
     if isinstance(error, PatchError):
         return said(error.problem), _patch_hint(error.problem)
+    if isinstance(error, MissingInputs):
+        return _missing(error)
     return str(error), error.hint
+
+
+def _missing(error: MissingInputs) -> tuple[str, str]:
+    """One line per missing input, and one hint line per input on how to get it."""
+    kinds = " and ".join(f"its {m.kind}" for m in error.missing)
+    lines = [f"target {error.target} lacks {kinds}:", *(f"  - {_lacks(m)}" for m in error.missing)]
+    hints = [f"{m.kind}: {_get(m)}" for m in error.missing]
+    return "\n".join(lines), "\n      ".join(hints)  # under the CLI's "hint: "
+
+
+def _lacks(m: MissingInput) -> str:
+    what = f"{m.kind} {m.what}" if m.what else m.kind
+    if m.lack == "none-given":
+        return f"{m.kind}: none given (--kernels), and pins.toml pins none"
+    if m.lack == "offline":
+        return f"{what}: not in the cache ({m.where}), and --offline"
+    if m.lack == "no-mirror":
+        return f"{what}: not in the cache, and no mirror is set for {m.upstream}"
+    if m.lack == "mirror-missing":
+        return f"{what}: its mirror {m.where} does not exist"
+    return f"{what}: the mirror of {m.upstream} is the local {m.where}, which has no such file"  # mirror-has-no-file
+
+
+def _get(m: MissingInput) -> str:
+    if m.lack == "none-given":
+        known = ", ".join(m.releases) if m.releases else "none yet"
+        shared = ", ".join(m.kernel_sources) or "kernel sources"
+        return (f"--kernels release:TAG (pins.toml knows: {known}), "
+                f"--kernels wheel:PATH_OR_URL (a release wheel whose commit has the pin's {shared}), "
+                "or --kernels source (CUDA toolchain and the fork's build requirements; "
+                "TORCH_CUDA_ARCH_LIST, default 12.0)")
+    if m.lack == "offline":
+        return "run once without --offline"
+    if m.lack == "mirror-missing":
+        return "fix --mirror / DS4X_MIRRORS"
+    serves = "PATH_OR_URL" if m.kind == "source" else "URL (http(s) or file://; URL/download/<tag>/<file>)"
+    mirror = f"--mirror {m.upstream}={serves} (or DS4X_MIRRORS)"
+    if m.lack == "no-mirror":
+        return f"the next run fetches it from {m.upstream} if that is reachable; where it is blocked, {mirror}"
+    return f"{mirror}: a git repository holds no release files"  # mirror-has-no-file
 
 
 def said(problem: PatchProblem) -> str:

@@ -19,6 +19,7 @@ from ds4x.plan import EXAMPLE
 from ds4x.sources import local_mirror
 
 GOOD_PINS = HOME.pins.read_text()
+GOOD_LINES = GOOD_PINS.count("\n")
 FORK = "https://github.com/guqiong96/Lvllmds4-x"
 
 
@@ -64,8 +65,8 @@ def pins_file(tmp_path: Path, content: str | bytes) -> Path:
         (GOOD_PINS.replace('overlays = ["vllm-common"]', 'overlays = "vllm-common"'), "targets.vllm.overlays: 'vllm-common' is not a list"),
         (GOOD_PINS.replace('filename = "vllm-0.32.0.tar.gz"', 'filename = "../x.tar.gz"'), "targets.vllm.sdist.filename: '../x.tar.gz' is not a file name"),
         (GOOD_PINS.replace(f'url = "{FORK}"', f'url = "{FORK}\\nx"'), "targets.lvllmds4-x.git.url: 'https://github.com/guqiong96/Lvllmds4-x\\nx' is not a URL"),
-        (GOOD_PINS.encode() + b"# \xff\n", "pins.toml:31: byte 0xff is not UTF-8"),
-        (GOOD_PINS.encode() + b"# \0\n", "pins.toml:31: a NUL byte"),
+        (GOOD_PINS.encode() + b"# \xff\n", f"pins.toml:{GOOD_LINES + 1}: byte 0xff is not UTF-8"),
+        (GOOD_PINS.encode() + b"# \0\n", f"pins.toml:{GOOD_LINES + 1}: a NUL byte"),
     ],
 )
 def test_bad_pins_name_the_key(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str | bytes,

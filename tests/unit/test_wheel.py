@@ -209,5 +209,6 @@ def test_release_wheel_reuse_checks_kernel_sources(capsys: pytest.CaptureFixture
 def test_target_without_kernels_says_what_it_needs(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
     assert main(cli_args(project, tmp_path, git_repo, "wheel")) == 2
     err = capsys.readouterr().err
-    assert "error: target demo needs compiled kernels and none is pinned\nhint: --kernels wheel:" in err
+    assert "error: target demo lacks its kernels:\n  - kernels: none given (--kernels), and pins.toml pins none\n" in err
+    assert "\nhint: kernels: --kernels release:TAG (pins.toml knows: none yet), --kernels wheel:" in err
     assert not (tmp_path / "cache").exists()  # refused before any fetch
