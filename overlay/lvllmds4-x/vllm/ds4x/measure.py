@@ -408,11 +408,11 @@ def check(args: argparse.Namespace) -> None:
         check_program(args.python)
 
 
-def main(args: argparse.Namespace) -> int:
-    from . import depth_sim
+def layer_to_time(args: argparse.Namespace) -> tuple[dict[str, Any], str, int, int]:
+    """The routed-expert layer of --config in its lk_moe format, refused before any
+    allocation when it would not fit in RAM: (spec, format, MoE layers, bytes)."""
     from .moe_placement import PlacementError, model_shape
 
-    check(args)
     config = read_json(args.config, "--config")
     try:
         shape = model_shape(config)
@@ -423,13 +423,52 @@ def main(args: argparse.Namespace) -> int:
     if fmt is None:
         raise MeasureError(f"--config {args.config}: expert_dtype {expert_dtype!r} has no lk_moe measurement here; "
                            f"pass --format mxfp4 or bf16")
-    k, moe_layers = args.num_speculative_tokens, len(shape.moe_layers)
-    spec = layer_spec(shape, fmt, k, args.max_num_seqs)
+    spec = layer_spec(shape, fmt, args.num_speculative_tokens, args.max_num_seqs)
     need, free = layer_bytes(spec), available_ram()
     if free is not None and HELD * need > 0.9 * free:
         raise MeasureError(f"one {fmt} layer of this shape is {need / 2**30:.2f} GiB, {HELD * need / 2**30:.2f} GiB "
                            f"while lk_moe copies it in; {free / 2**30:.2f} GiB of RAM is available (90% usable): "
                            f"free memory, or measure on the serving machine", 1)
+    return spec, fmt, len(shape.moe_layers), need
+
+
+def predict(args: argparse.Namespace, best: dict[str, Any], moe_layers: int) -> dict[int, Any]:
+    """depth_sim's tok/s per policy on the measured curve, for one request and --max-num-seqs."""
+    from . import depth_sim
+
+    acceptance = {"reasoning": args.acceptance[0], "answer": args.acceptance[1]}
+    predicted = {}
+    for requests in sorted({1, args.max_num_seqs}):
+        costs = step_seconds(best, args.num_speculative_tokens, moe_layers, args.gpu_ms, requests)
+        predicted[requests] = depth_sim.compare(costs, acceptance, {"reasoning": 3000, "answer": 800}, seeds=10,
+                                                requests=requests)
+        print(f"\npredicted, {requests} running request(s), the rest of a step {' / '.join(map(str, args.gpu_ms))} "
+              f"ms, acceptance {acceptance['reasoning']:.0%} reasoning / {acceptance['answer']:.0%} answer:")
+        print("\n".join(depth_sim.table(predicted[requests])))
+    return predicted
+
+
+def write_profile(args: argparse.Namespace, best: dict[str, Any], runs: list[dict[str, Any]], fmt: str,
+                  moe_layers: int, predicted: dict[int, Any]) -> None:
+    """ds4x-step-cost.json: the draft_depth object adaptive starts from, and what was measured."""
+    k = args.num_speculative_tokens
+    seconds = step_seconds(best, k, moe_layers, args.gpu_ms)
+    draft_depth = {"policy": "adaptive", "step_cost": [round(s / seconds[0], 4) for s in seconds]}
+    profile = {"draft_depth": draft_depth,
+               "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
+                            "step_seconds": seconds, "gpu_ms": args.gpu_ms,
+                            "acceptance": {"reasoning": args.acceptance[0], "answer": args.acceptance[1]},
+                            "runs": runs, "predicted_tok_s": predicted[1],
+                            "predicted_tok_s_by_requests": {str(n): r for n, r in predicted.items()}}}
+    args.profile_out.write_text(json.dumps(profile, indent=2) + "\n")
+    print(f"\nprofile: {args.profile_out}; start adaptive from it with\n  --speculative-config "
+          f"'{json.dumps({'method': 'dspark', 'num_speculative_tokens': k, 'draft_depth': draft_depth})}'\n"
+          f"  and LK_THREADS={best['threads']}")
+
+
+def main(args: argparse.Namespace) -> int:
+    check(args)
+    spec, fmt, moe_layers, need = layer_to_time(args)
     if args.python is None:
         args.python = args.find_python()
     check_python(args.python)
@@ -437,6 +476,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"lk_moe layer: {spec['experts']} experts, top-{spec['top_k']}, hidden {spec['hidden']}, intermediate "
           f"{spec['inter']}, {fmt} ({need / 2**30:.2f} GiB); {moe_layers} MoE layers a step; "
           f"LK_THREADS {threads}; {args.budget:.0f} s budget")
+    free = available_ram()
     runs = run_workers(spec, threads, args.budget, args.python, min(1 << 30, (free or 1 << 32) // 4))
     print(f"RAM read bandwidth (numpy, {os.cpu_count()} threads): {runs[0]['ram_gbs']:.1f} GB/s")
     best, warnings = thread_warnings(runs)
@@ -446,26 +486,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"warning: {warning}; leave cores free (LK_THREADS={best['threads']})")
     print(f"\ncurve at LK_THREADS={best['threads']} ({best['path']}):")
     print("\n".join(curve_table(best, spec, moe_layers)))
-    acceptance = {"reasoning": args.acceptance[0], "answer": args.acceptance[1]}
-    predicted = {}
-    for requests in sorted({1, args.max_num_seqs}):
-        costs = step_seconds(best, k, moe_layers, args.gpu_ms, requests)
-        predicted[requests] = depth_sim.compare(costs, acceptance, {"reasoning": 3000, "answer": 800}, seeds=10,
-                                                requests=requests)
-        print(f"\npredicted, {requests} running request(s), the rest of a step {' / '.join(map(str, args.gpu_ms))} "
-              f"ms, acceptance {acceptance['reasoning']:.0%} reasoning / {acceptance['answer']:.0%} answer:")
-        print("\n".join(depth_sim.table(predicted[requests])))
-    seconds = step_seconds(best, k, moe_layers, args.gpu_ms)
-    draft_depth = {"policy": "adaptive", "step_cost": [round(s / seconds[0], 4) for s in seconds]}
-    profile = {"draft_depth": draft_depth,
-               "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
-                            "step_seconds": seconds, "gpu_ms": args.gpu_ms, "acceptance": acceptance,
-                            "runs": runs, "predicted_tok_s": predicted[1],
-                            "predicted_tok_s_by_requests": {str(n): r for n, r in predicted.items()}}}
-    args.profile_out.write_text(json.dumps(profile, indent=2) + "\n")
-    print(f"\nprofile: {args.profile_out}; start adaptive from it with\n  --speculative-config "
-          f"'{json.dumps({'method': 'dspark', 'num_speculative_tokens': k, 'draft_depth': draft_depth})}'\n"
-          f"  and LK_THREADS={best['threads']}")
+    write_profile(args, best, runs, fmt, moe_layers, predict(args, best, moe_layers))
     if args.plot:
         plot(args.plot, runs, moe_layers)
         print(f"plot: {args.plot}")
