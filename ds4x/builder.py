@@ -14,7 +14,7 @@ from ds4x import gitops, inputs, overlay, proc, releases, series, sources, wheel
 from ds4x.digest import sha256_file
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import step
-from ds4x.pins import Artifact, Target
+from ds4x.pins import Artifact, KernelsRelease, Target
 from ds4x.problems import MissingInput, MissingInputs
 from ds4x.scratch import scratch_dir
 from ds4x.sources import Base, Settings
@@ -90,14 +90,19 @@ def _wheel_from(target: Target, spec: str, settings: Settings) -> Path:
     return path
 
 
-def _check_same_kernels(target: Target, base: Base, kernels: Path) -> None:
+def _check_same_kernels(target: Target, base: Base, kernels: Path, release: KernelsRelease | None = None) -> None:
     """Compiled modules are reusable only from a build of the same kernel sources:
-    the commit in a `+g<sha>` version must have the pin's kernel sources, or a
+    the commit in a `+g<sha>` version (or, for a version without one, the pinned
+    commit of the release it came from) must have the pin's kernel sources, or a
     release wheel must carry the pinned sdist's version."""
     if not target.kernel_sources:
         return  # pure Python: the per-file check in _python_changes is the whole story
     version = Version(wheel.wheel_version(kernels))
     commit = next((p[1:] for p in (version.local or "").split(".") if p.startswith("g")), None)
+    if release and commit and not release.commit.startswith(commit):
+        raise Ds4xError(f"{kernels.name} was built from {commit}, not from release {release.tag} ({release.commit[:12]})",
+                        f"fix kernels-releases in pins.toml, or use --kernels wheel: with the wheel of {release.tag}")
+    commit = commit or (release.commit if release else None)
     if commit and base.origin["kind"] == "git":
         _check_commit_kernels(target, base, kernels, commit)
     elif target.sdist and not commit:
@@ -172,7 +177,8 @@ def build(target: Target, settings: Settings, layout: Layout, kernels: str | Non
             kernel_wheel = _build_from_source(tree, Path(tmp))
         elif kernels:
             kernel_wheel = _wheel_from(target, kernels, settings)
-            _check_same_kernels(target, base, kernel_wheel)
+            release = releases.find(target, kernels) if kernels.startswith(inputs.KERNELS_RELEASE) else None
+            _check_same_kernels(target, base, kernel_wheel, release)
         else:
             pinned: Artifact | None = target.wheel or target.kernels_wheel
             assert pinned

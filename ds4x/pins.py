@@ -39,12 +39,14 @@ class Artifact:
 
 @dataclass(frozen=True, kw_only=True)
 class KernelsRelease:
-    """A release of the target's git repository whose wheel `--kernels release:TAG`
-    downloads (`<git url>/releases/download/<tag>/<filename>`, or its mirror)."""
+    """A release of the target's git repository, known to match the pin, whose wheel
+    `--kernels release:TAG` downloads (`<git url>/releases/download/<tag>/<filename>`,
+    or its mirror); with no filename, the release's files are listed (releases.py)."""
 
     tag: str
-    filename: str
-    sha256: str | None = None  # None: the download is checked only as `--kernels wheel:` is
+    commit: str  # the tag's full commit: the kernel check's commit when the wheel's version names none
+    filename: str | None = None  # None: chosen from the release's files
+    sha256: str | None = None  # None: the download is checked only as `--kernels wheel:` is (or by a listed digest)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,23 +142,30 @@ def _artifact(where: str, raw: Any) -> Artifact:
 def _releases(where: str, raw: Any) -> tuple[KernelsRelease, ...]:
     if not isinstance(raw, list):
         raise InputError(f"{where}: {shown(raw)} is not a list",
-                         'write kernels-releases = [{ tag = "...", filename = "....whl" }, ...]')
+                         'write kernels-releases = [{ tag = "...", commit = "<40 hex>" }, ...]')
     found: dict[str, KernelsRelease] = {}
     for number, item in enumerate(raw):
         at = f"{where}[{number}]"
-        if not isinstance(item, dict) or not {"tag", "filename"} <= set(item) <= {"tag", "filename", "sha256"}:
+        if not isinstance(item, dict) or not {"tag", "commit"} <= set(item) <= {"tag", "commit", "filename", "sha256"}:
             raise InputError(f"{at}: {shown(item)} is not a release",
-                             'write { tag = "...", filename = "....whl" }, and sha256 = "..." when it is known')
+                             'write { tag = "...", commit = "<its full 40-hex commit>" }, with filename = "....whl" '
+                             'and sha256 = "..." when they are known')
         t: dict[str, Any] = item
         tag = _text(f"{at}.tag", t["tag"], RELEASE_TAG, "a release tag (letters, digits, '.', '_', '+', '-')")
-        filename = _text(f"{at}.filename", t["filename"], _NAME, "a file name (no folder)")
-        if not is_wheel_name(filename):
-            raise InputError(f"{at}.filename: {shown(filename)} is not a wheel's file name",
-                             "give the release's .whl, named name-version-tags.whl")
+        filename = None
+        if "filename" in t:
+            filename = _text(f"{at}.filename", t["filename"], _NAME, "a file name (no folder)")
+            if not is_wheel_name(filename):
+                raise InputError(f"{at}.filename: {shown(filename)} is not a wheel's file name",
+                                 "give the release's .whl, named name-version-tags.whl")
+        elif "sha256" in t:
+            raise InputError(f"{at}: a sha256 without the file name it is of",
+                             "give filename with it, or drop sha256 (a listed file is checked against its digest)")
         if tag in found:
             raise InputError(f"{at}: tag {tag} is listed twice", "keep one entry per release")
         sha256 = _check(f"{at}.sha256", t["sha256"], _SHA256, "sha256 digest") if "sha256" in t else None
-        found[tag] = KernelsRelease(tag=tag, filename=filename, sha256=sha256)
+        commit = _check(f"{at}.commit", t["commit"], _SHA1, "full 40-hex commit")
+        found[tag] = KernelsRelease(tag=tag, commit=commit, filename=filename, sha256=sha256)
     return tuple(found.values())
 
 

@@ -162,6 +162,21 @@ def _retrying(what: str, attempt: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
+def read_url(url: str, label: str, limit: int, headers: dict[str, str] | None = None) -> bytes:
+    """A small document at `url` (http(s) or file://), read whole, at most `limit`
+    bytes; a transient failure is retried as a download is, any other raised as urllib raises it."""
+    request = urllib.request.Request(url, headers=headers or {})
+
+    def read() -> bytes:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            body: bytes = response.read(limit + 1)
+        if len(body) > limit:
+            raise Ds4xError(f"{url}: over {limit} bytes", "check the URL")
+        return body
+
+    return _retrying(label, read)
+
+
 @dataclass(frozen=True)
 class IndexFile:
     """One file of a project's index page."""

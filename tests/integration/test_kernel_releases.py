@@ -1,5 +1,6 @@
 """The fork's releases the README and pins.toml name as matching have the pin's
-kernel sources (needs a local mirror of the fork holding its tags: DS4X_MIRRORS)."""
+kernel sources, and pins.toml gives each its tag's commit (needs a local mirror of
+the fork holding its tags: DS4X_MIRRORS)."""
 
 from __future__ import annotations
 
@@ -37,5 +38,7 @@ def test_the_matching_releases_have_the_pins_kernel_sources() -> None:
         found = git("rev-parse", "--verify", f"{tag}^{{commit}}")
         assert found.returncode == 0, f"the mirror {local} has no tag {tag}: {found.stderr.strip()}"
         commit = found.stdout.strip()
+        pinned = {r.tag: r.commit for r in fork.kernels_releases}
+        assert pinned.get(tag, commit) == commit, f"pins.toml gives {tag} the commit {pinned.get(tag)}, the tag is {commit}"
         same = git("diff", "--quiet", commit, fork.git.commit, "--", *fork.kernel_sources)
         assert same.returncode == 0, f"{tag} ({commit[:12]}) has other {', '.join(fork.kernel_sources)} than the pin"

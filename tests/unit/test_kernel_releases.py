@@ -18,7 +18,7 @@ from ds4x import pins, releases, sources
 from ds4x.checkout import HOME
 from ds4x.cli import main
 from ds4x.errors import Ds4xError, InputError
-from ds4x.problems import MissingInputs
+from ds4x.problems import MissingInput, MissingInputs
 from tests.conftest import UPSTREAM_URL, cli_args
 from tests.unit.test_wheel import kernels_wheel
 from tests.unit.test_workspace import make_patch
@@ -42,9 +42,13 @@ def with_releases(project: Path, *entries: str) -> None:
                                              f'overlays = ["demo"]\nkernel-sources = ["demo"]\n{listed}'))
 
 
-def entry(tag: str, filename: str, sha256: str | None = None) -> str:
+RELEASE_COMMIT = "c" * 40  # a release's commit where no test builds from it
+
+
+def entry(tag: str, filename: str | None = None, sha256: str | None = None, commit: str = RELEASE_COMMIT) -> str:
+    named = f', filename = "{filename}"' if filename else ""
     pinned = f', sha256 = "{sha256}"' if sha256 else ""
-    return f'{{ tag = "{tag}", filename = "{filename}"{pinned} }}'
+    return f'{{ tag = "{tag}", commit = "{commit}"{named}{pinned} }}'
 
 
 def error_lines(err: str) -> list[str]:
@@ -103,7 +107,8 @@ def test_release_through_a_file_mirror_builds(capsys: pytest.CaptureFixture[str]
     wheel = release_wheel(tmp_path, git_repo[1])
     mirror = tmp_path / "releases-mirror"
     publish(mirror, wheel)
-    with_releases(project, entry(OTHER_TAG, "demo-1.0-py3-none-any.whl"), entry(TAG, wheel.name, sha256_of(wheel)))
+    with_releases(project, entry(OTHER_TAG, "demo-1.0-py3-none-any.whl"),
+                  entry(TAG, wheel.name, sha256_of(wheel), commit=git_repo[1]))
     dist = tmp_path / "dist"
     args = [*cli_args(project, tmp_path, git_repo, "wheel", "--kernels", f"release:{TAG}", "--dist", str(dist)),
             "--mirror", f"{UPSTREAM_URL}/releases={mirror.as_uri()}"]
@@ -116,6 +121,28 @@ def test_release_through_a_file_mirror_builds(capsys: pytest.CaptureFixture[str]
         assert zf.read("demo/_C.so") == b"ELF kernels"
 
 
+def test_a_release_wheel_without_a_commit_is_checked_at_the_releases_commit(
+        capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
+    """The fork's v2.3.9 wheel is named lvllmds4_x-2.3.9-...whl, no +g<sha>: the release's commit in
+    pins.toml is what the kernel-source check reads; a +g<sha> of another commit is refused."""
+    make_patch(capsys, project, tmp_path, git_repo)
+    plain = kernels_wheel(tmp_path)  # demo-1.1-cp311-cp311-linux_x86_64.whl
+    mirror = tmp_path / "releases-mirror"
+    publish(mirror, plain)
+    with_releases(project, entry(TAG, plain.name, commit=git_repo[1]))
+    args = [*cli_args(project, tmp_path, git_repo, "wheel", "--kernels", f"release:{TAG}", "--dist",
+                      str(tmp_path / "dist")), "--mirror", f"{UPSTREAM_URL}/releases={mirror.as_uri()}"]
+    assert main(args) == 0, capsys.readouterr().err
+    other = release_wheel(tmp_path, "d" * 40)
+    publish(tmp_path / "mirror2", other)
+    project.joinpath("pins.toml").write_text(
+        project.joinpath("pins.toml").read_text().replace(f'filename = "{plain.name}"', f'filename = "{other.name}"'))
+    args[-1] = f"{UPSTREAM_URL}/releases={(tmp_path / 'mirror2').as_uri()}"
+    assert main(args) == 1
+    assert (f"error: {other.name} was built from {'d' * 9}, not from release {TAG} ({git_repo[1][:12]})"
+            in capsys.readouterr().err)
+
+
 def test_release_through_a_loopback_mirror_is_sha256_checked(served: Served, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A URL mirror of the repository serves <mirror>/releases/download/<tag>/<file>."""
@@ -124,7 +151,7 @@ def test_release_through_a_loopback_mirror_is_sha256_checked(served: Served, tmp
     publish(tmp_path / "www" / "gh" / "demo" / "upstream" / "releases", wheel)
     good, bad = sha256_of(wheel), "0" * 64
     target = pins.Target(name="demo", package="demo", git=pins.GitPin(url=f"{UPSTREAM_URL}.git", commit="a" * 40),
-                         kernels_releases=(pins.KernelsRelease(tag=TAG, filename=wheel.name, sha256=bad),))
+                         kernels_releases=(pins.KernelsRelease(tag=TAG, commit=RELEASE_COMMIT, filename=wheel.name, sha256=bad),))
     settings = sources.Settings(cache=tmp_path / "cache", mirrors={"https://example.invalid": f"{served.url}/gh"})
     url = f"{served.url}/gh/demo/upstream/releases/download/{TAG}/{wheel.name}"
     assert releases.located(target, target.kernels_releases[0], settings) == url
@@ -133,7 +160,7 @@ def test_release_through_a_loopback_mirror_is_sha256_checked(served: Served, tmp
     assert str(caught.value) == f"{url}: the download has sha256 {good}; pins.toml (kernels-releases, {TAG}) wants {bad}"
     assert caught.value.hint == f"fix the sha256 of {TAG} in pins.toml if it is wrong, else the URL"
     assert not list((tmp_path / "cache").rglob("*.whl"))  # a refused file never lands in the cache
-    right = pins.KernelsRelease(tag=TAG, filename=wheel.name, sha256=good)
+    right = pins.KernelsRelease(tag=TAG, commit=RELEASE_COMMIT, filename=wheel.name, sha256=good)
     path = releases.fetch(target, right, settings)
     assert path.name == wheel.name and path.read_bytes() == wheel.read_bytes()
     assert path == sources.url_cache_path(url, settings)
@@ -143,7 +170,7 @@ def test_release_through_a_loopback_mirror_is_sha256_checked(served: Served, tmp
 
 
 def test_a_local_git_mirror_holds_no_release(tmp_path: Path, git_repo: Repo) -> None:
-    release = pins.KernelsRelease(tag=TAG, filename="demo-1.1-py3-none-any.whl")
+    release = pins.KernelsRelease(tag=TAG, commit=RELEASE_COMMIT, filename="demo-1.1-py3-none-any.whl")
     target = pins.Target(name="demo", package="demo", git=pins.GitPin(url=UPSTREAM_URL, commit=git_repo[1]),
                          kernels_releases=(release,))
     settings = sources.Settings(cache=tmp_path / "cache", mirrors={UPSTREAM_URL: str(git_repo[0])})
@@ -156,7 +183,7 @@ def test_a_local_git_mirror_holds_no_release(tmp_path: Path, git_repo: Repo) -> 
 
 def test_an_unknown_tag_names_the_known_ones(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path,
                                              git_repo: Repo) -> None:
-    with_releases(project, entry(OTHER_TAG, "demo-1.0-py3-none-any.whl"), entry(TAG, "demo-1.1-py3-none-any.whl"))
+    with_releases(project, entry(OTHER_TAG), entry(TAG, "demo-1.1-py3-none-any.whl"))
     args = cli_args(project, tmp_path, git_repo, "wheel", "--kernels", "release:demo-v9", "--dist", str(tmp_path / "d"))
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -167,7 +194,8 @@ def test_an_unknown_tag_names_the_known_ones(capsys: pytest.CaptureFixture[str],
 
 
 def test_the_shipped_pins_refuse_an_unknown_tag(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    known = ", ".join(r.tag for r in pins.load(HOME.pins).get("lvllmds4-x").kernels_releases) or "none"
+    known = ", ".join(r.tag for r in pins.load(HOME.pins).get("lvllmds4-x").kernels_releases)
+    assert known == "lvllmds4-x-v2.3.9, lvllmds4-x-v2.3.11"
     code = main(["wheel", "--target", "lvllmds4-x", "--kernels", "release:lvllmds4-x-v0.0.0",
                  "--cache-dir", str(tmp_path / "cache"), "--dist", str(tmp_path / "dist")])
     assert code == 2
@@ -255,16 +283,22 @@ def test_plain_tags_pass(tag: str) -> None:
     assert inputs.kernels(f"release:{tag}") == f"release:{tag}"
 
 
+C = f'commit = "{RELEASE_COMMIT}"'
+
+
 @pytest.mark.parametrize(
     ("listed", "message"),
     [
-        ('[{ tag = "v1" }]', "is not a release"),
-        ('[{ tag = "v1", filename = "a-1.0-py3-none-any.whl", url = "x" }]', "is not a release"),
-        ('[{ tag = "v1", filename = "notes.txt" }]', "is not a wheel's file name"),
-        ('[{ tag = "v1", filename = "dir/a-1.0-py3-none-any.whl" }]', "is not a file name (no folder)"),
-        ('[{ tag = "a/b", filename = "a-1.0-py3-none-any.whl" }]', "is not a release tag"),
-        ('[{ tag = "v1", filename = "a-1.0-py3-none-any.whl", sha256 = "abc" }]', "is not a sha256 digest"),
-        ('[{ tag = "v1", filename = "a-1.0-py3-none-any.whl" }, { tag = "v1", filename = "a-1.1-py3-none-any.whl" }]',
+        ('[{ filename = "a-1.0-py3-none-any.whl" }]', "is not a release"),
+        ('[{ tag = "v1", filename = "a-1.0-py3-none-any.whl" }]', "is not a release"),  # no commit
+        ('[{ tag = "v1", commit = "abc123" }]', "is not a full 40-hex commit"),
+        (f'[{{ tag = "v1", {C}, sha256 = "{"b" * 64}" }}]', "a sha256 without the file name it is of"),
+        (f'[{{ tag = "v1", {C}, filename = "a-1.0-py3-none-any.whl", url = "x" }}]', "is not a release"),
+        (f'[{{ tag = "v1", {C}, filename = "notes.txt" }}]', "is not a wheel's file name"),
+        (f'[{{ tag = "v1", {C}, filename = "dir/a-1.0-py3-none-any.whl" }}]', "is not a file name (no folder)"),
+        (f'[{{ tag = "a/b", {C}, filename = "a-1.0-py3-none-any.whl" }}]', "is not a release tag"),
+        (f'[{{ tag = "v1", {C}, filename = "a-1.0-py3-none-any.whl", sha256 = "abc" }}]', "is not a sha256 digest"),
+        (f'[{{ tag = "v1", {C} }}, {{ tag = "v1", {C}, filename = "a-1.1-py3-none-any.whl" }}]',
          "tag v1 is listed twice"),
         ('{ tag = "v1" }', "is not a list"),
     ],
@@ -285,3 +319,202 @@ def test_releases_need_a_git_pin(tmp_path: Path) -> None:
                     f'wheel = {{ project = "a", version = "1.0", filename = "a-1.0-py3-none-any.whl", sha256 = "{"b" * 64}" }}\n')
     with pytest.raises(InputError, match="kernels-releases: the releases are of the git repository"):
         pins.load(path)
+
+
+# A release pins.toml lists by its tag alone: its wheel is chosen from the release's files.
+GH_REPO = "https://github.com/demo/upstream"
+GH_API = "https://api.github.com/repos/demo/upstream"
+
+
+def listed_target(url: str = GH_REPO, commit: str = "a" * 40) -> pins.Target:
+    return pins.Target(name="demo", package="demo", git=pins.GitPin(url=f"{url}.git", commit=commit),
+                       kernels_releases=(pins.KernelsRelease(tag=TAG, commit=RELEASE_COMMIT),))
+
+
+def write_api(root: Path, assets: dict[str, str | None], tag: str = TAG) -> Path:
+    """GitHub's JSON for the release, as `<root>/releases/tags/<tag>` (a mirror of the repository's API)."""
+    path = root / "releases" / "tags" / tag
+    path.parent.mkdir(parents=True, exist_ok=True)
+    listed = [{"name": name, "browser_download_url": f"{GH_REPO}/releases/download/{tag}/{name}",
+               **({"digest": digest} if digest else {})} for name, digest in assets.items()]
+    path.write_text(json.dumps({"tag_name": tag, "assets": listed}))
+    return path
+
+
+def test_a_listed_release_on_github_is_chosen_and_digest_checked(served: Served, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API (mirrored to loopback) lists the files; the download is checked against the asset's digest;
+    the listing is kept once the wheel is had, so that --offline needs neither again."""
+    monkeypatch.setattr(sources, "RETRY_DELAYS", (0.0, 0.0, 0.0))
+    wheel = release_wheel(tmp_path, "a" * 40)
+    www = tmp_path / "www"
+    publish(www / "gh" / "releases", wheel)
+    decoys: dict[str, str | None] = {"flashinfer_cubin-0.6.12-py3-none-any.whl": None, "SHA256SUMS": None}
+    good, bad = sha256_of(wheel), "0" * 64
+    write_api(www / "api", {wheel.name: f"sha256:{bad}", **decoys})
+    target = listed_target()
+    (release,) = target.kernels_releases
+    mirrors = {GH_API: f"{served.url}/api", GH_REPO: f"{served.url}/gh"}
+    settings = sources.Settings(cache=tmp_path / "cache", mirrors=mirrors)
+    api = f"{served.url}/api/releases/tags/{TAG}"
+    url = f"{served.url}/gh/releases/download/{TAG}/{wheel.name}"
+    assert releases.missing(target, release, settings) is None  # only the network can tell
+    fresh = sources.Settings(cache=tmp_path / "fresh", mirrors=mirrors, offline=True)
+    assert releases.missing(target, release, fresh) == MissingInput(
+        kind="kernels", lack="offline", what=f"release {TAG}'s file list ({api})",
+        where=str(sources.url_cache_path(api, fresh).parent))
+    with pytest.raises(Ds4xError) as caught:
+        releases.fetch(target, release, settings)
+    assert str(caught.value) == f"{url}: the download has sha256 {good}; the release's listing ({api}) wants {bad}"
+    assert caught.value.hint == ("the file served is not the one the release lists: check the mirror set for "
+                                 f"{served.url}/gh/releases/download/{TAG}, else the URL")
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]  # neither the wheel nor the listing
+    write_api(www / "api", {wheel.name: f"sha256:{good.upper()}", **decoys})
+    path = releases.fetch(target, release, settings)
+    assert path == sources.url_cache_path(url, settings) and path.read_bytes() == wheel.read_bytes()
+    offline = sources.Settings(cache=settings.cache, mirrors=mirrors, offline=True)
+    assert releases.missing(target, release, offline) is None
+    assert releases.fetch(target, release, offline) == path
+    assert served.requests == [f"/api/releases/tags/{TAG}", f"/gh/releases/download/{TAG}/{wheel.name}"] * 2
+
+
+def test_a_listed_release_without_digest_is_fetched_unchecked(served: Served, tmp_path: Path) -> None:
+    wheel = release_wheel(tmp_path, "a" * 40)
+    publish(tmp_path / "www" / "gh" / "releases", wheel)
+    write_api(tmp_path / "www" / "api", {wheel.name: None})
+    target = listed_target()
+    settings = sources.Settings(cache=tmp_path / "cache", mirrors={GH_API: f"{served.url}/api", GH_REPO: f"{served.url}/gh"})
+    resolved = releases.resolve(target, target.kernels_releases[0], settings)
+    assert (resolved.release.filename, resolved.release.sha256) == (wheel.name, None)
+    assert releases.fetch(target, target.kernels_releases[0], settings).read_bytes() == wheel.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("listing", "error", "message"),
+    [
+        (None, InputError, "{api} has no release demo-v1.1 (HTTP 404)"),
+        ("<html>rate limited</html>", Ds4xError, "{api} is not a GitHub release (JSON with assets[].name): "),
+        ('{"assets": [{"size": 1}]}', Ds4xError, "{api} is not a GitHub release (JSON with assets[].name): KeyError"),
+        ('{"tag_name": "demo-v9", "assets": []}', Ds4xError, "{api} is the release 'demo-v9', not demo-v1.1"),
+    ],
+)
+def test_a_listing_that_is_not_the_release_is_refused(served: Served, tmp_path: Path, listing: str | None,
+                                                      error: type[Ds4xError], message: str) -> None:
+    if listing is not None:
+        write_api(tmp_path / "www" / "api", {}).write_text(listing)
+    target = listed_target()
+    settings = sources.Settings(cache=tmp_path / "cache", mirrors={GH_API: f"{served.url}/api", GH_REPO: f"{served.url}/gh"})
+    with pytest.raises(error) as caught:
+        releases.fetch(target, target.kernels_releases[0], settings)
+    assert type(caught.value) is error
+    assert message.format(api=f"{served.url}/api/releases/tags/{TAG}") in str(caught.value)
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert served.requests == [f"/api/releases/tags/{TAG}"]  # a 404 is not retried, nor a page that is not JSON
+
+
+def test_a_listed_release_through_a_file_mirror_builds(capsys: pytest.CaptureFixture[str], project: Path,
+                                                       tmp_path: Path, git_repo: Repo) -> None:
+    """pins.toml gives the tag alone; the mirror's folder holds the wheel among others, which are passed over:
+    not Linux x86_64, pure Python, another project's, not a wheel."""
+    make_patch(capsys, project, tmp_path, git_repo)
+    wheel = release_wheel(tmp_path, git_repo[1])
+    mirror = tmp_path / "releases-mirror"
+    folder = publish(mirror, wheel).parent
+    for decoy in (f"demo-1.1+g{git_repo[1][:9]}-cp311-cp311-macosx_11_0_arm64.whl", "demo-1.1-py3-none-any.whl",
+                  "flashinfer_jit_cache-0.6.12-cp39-abi3-manylinux_2_28_x86_64.whl", "SHA256SUMS"):
+        (folder / decoy).write_bytes(b"not this one")
+    with_releases(project, entry(TAG, commit=git_repo[1]))
+    dist = tmp_path / "dist"
+    args = [*cli_args(project, tmp_path, git_repo, "wheel", "--kernels", f"release:{TAG}", "--dist", str(dist)),
+            "--mirror", f"{UPSTREAM_URL}/releases={mirror.as_uri()}"]
+    assert main(args) == 0, capsys.readouterr().err
+    (built,) = dist.glob("*.whl")
+    with zipfile.ZipFile(built) as zf:
+        info = next(n for n in zf.namelist() if n.endswith(".dist-info/ds4x_provenance.json"))
+        assert json.loads(zf.read(info))["kernels"] == {"wheel": wheel.name, "sha256": sha256_of(wheel)}
+
+
+@pytest.mark.parametrize(
+    ("names", "message", "hint"),
+    [
+        (["demo-1.1-py3-none-any.whl", "demo-1.1-cp311-cp311-macosx_11_0_arm64.whl", "notes.txt"],
+         "release demo-v1.1 has no Linux x86_64 wheel; {folder} lists: demo-1.1-cp311-cp311-macosx_11_0_arm64.whl, "
+         "demo-1.1-py3-none-any.whl, notes.txt",
+         "give the kernels wheel with --kernels wheel:PATH_OR_URL, or name the release's wheel in kernels-releases"),
+        ([], "release demo-v1.1 has no Linux x86_64 wheel; {folder} lists: no files", "give the kernels wheel"),
+        (["demo-1.1-cp311-cp311-manylinux_2_28_x86_64.whl", "demo-1.1-cp312-cp312-linux_x86_64.whl",
+          "other-1.0-cp312-cp312-manylinux_2_28_x86_64.whl"],
+         "release demo-v1.1 has 2 Linux x86_64 wheels that could be its kernels ({folder}): "
+         "demo-1.1-cp311-cp311-manylinux_2_28_x86_64.whl, demo-1.1-cp312-cp312-linux_x86_64.whl",
+         "pass the one to use as --kernels wheel:{uri}/<one of them>, or name the release's wheel in kernels-releases"),
+    ],
+)
+def test_no_wheel_or_several_is_one_error_naming_them(tmp_path: Path, names: list[str], message: str,
+                                                       hint: str) -> None:
+    folder = tmp_path / "releases-mirror" / "download" / TAG
+    folder.mkdir(parents=True)
+    for name in names:
+        (folder / name).write_bytes(b"x")
+    target = listed_target(UPSTREAM_URL)
+    settings = sources.Settings(cache=tmp_path / "cache",
+                                mirrors={f"{UPSTREAM_URL}/releases": (tmp_path / "releases-mirror").as_uri()})
+    with pytest.raises(InputError) as caught:
+        releases.fetch(target, target.kernels_releases[0], settings)
+    assert str(caught.value) == f"--kernels release:{TAG}: " + message.format(folder=folder)
+    assert (caught.value.hint or "").startswith(hint.format(uri=folder.as_uri()))
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize(
+    ("names", "chosen"),
+    [
+        # the repository's or the package's own project, over another's
+        (["upstream-1.1-cp312-cp312-manylinux_2_34_x86_64.whl", "flashinfer_jit_cache-1.0-cp39-abi3-linux_x86_64.whl"],
+         "upstream-1.1-cp312-cp312-manylinux_2_34_x86_64.whl"),
+        # one built from the pin, over another build
+        ([f"demo-1.1+g{'a' * 9}-cp311-cp311-linux_x86_64.whl", f"demo-1.1+g{'b' * 9}-cp311-cp311-linux_x86_64.whl"],
+         f"demo-1.1+g{'a' * 9}-cp311-cp311-linux_x86_64.whl"),
+    ],
+)
+def test_the_wheel_that_fits_is_preferred(tmp_path: Path, names: list[str], chosen: str) -> None:
+    folder = tmp_path / "m" / "releases" / "download" / TAG
+    folder.mkdir(parents=True)
+    for name in names:
+        (folder / name).write_bytes(b"x")
+    target = listed_target()
+    settings = sources.Settings(cache=tmp_path / "cache", mirrors={GH_REPO: str(tmp_path / "m")})
+    assert releases.resolve(target, target.kernels_releases[0], settings).release == pins.KernelsRelease(
+        tag=TAG, commit=RELEASE_COMMIT, filename=chosen)
+
+
+def test_where_a_listed_release_cannot_be_had(tmp_path: Path, git_repo: Repo) -> None:
+    """A local git mirror has no release folder; a repository off GitHub has no API to list its files."""
+    release = pins.KernelsRelease(tag=TAG, commit=RELEASE_COMMIT)
+    at_git = listed_target(UPSTREAM_URL)
+    settings = sources.Settings(cache=tmp_path / "cache", mirrors={UPSTREAM_URL: str(git_repo[0])})
+    assert releases.missing(at_git, release, settings) == MissingInput(
+        kind="kernels", lack="mirror-has-no-file", what=f"release {TAG}", upstream=f"{UPSTREAM_URL}/releases",
+        where=f"{git_repo[0]}/releases/download/{TAG}")
+    off_github = sources.Settings(cache=tmp_path / "cache", mirrors={UPSTREAM_URL: "http://127.0.0.1:9/upstream"})
+    with pytest.raises(InputError, match=f"names no file for release {TAG}, and {UPSTREAM_URL} is not on GitHub"):
+        releases.missing(at_git, release, off_github)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_the_shipped_tags_are_listed_through_githubs_api(tmp_path: Path) -> None:
+    """No file name pinned: GitHub's API lists the release's files, or its mirror (no network here)."""
+    fork = pins.load(HOME.pins).get("lvllmds4-x")
+    release = releases.find(fork, "release:lvllmds4-x-v2.3.11")
+    assert release == pins.KernelsRelease(tag="lvllmds4-x-v2.3.11", commit="08010fac212de1d674395bb110f3b6912caf8b24")
+    repo = "https://github.com/guqiong96/Lvllmds4-x"
+    api = "https://api.github.com/repos/guqiong96/Lvllmds4-x"
+    assert releases.api_url(fork, release.tag) == f"{api}/releases/tags/{release.tag}"
+    settings = sources.Settings(cache=tmp_path / "cache")
+    assert releases.missing(fork, release, settings) == MissingInput(
+        kind="kernels", lack="no-mirror", what=f"release {release.tag}", upstream=f"{repo}/releases", certain=False)
+    mirrored = sources.Settings(cache=tmp_path / "cache", mirrors={api: "http://127.0.0.1:9/api"})
+    found = releases.listing(fork, release.tag, mirrored)
+    assert isinstance(found, releases.Listing)
+    assert (found.where, found.download) == (f"http://127.0.0.1:9/api/releases/tags/{release.tag}",
+                                             f"{repo}/releases/download/{release.tag}")
+    assert releases.missing(fork, release, mirrored) is None
