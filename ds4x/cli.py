@@ -225,6 +225,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return plan.main(args)
 
 
+Adder = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="build.py", description="ds4x: patched vLLM / Lvllmds4-x / FlashInfer wheels")
     top.add_argument("--version", action="version", version=f"ds4x {__version__}")
@@ -236,6 +239,13 @@ def parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
+    _build_commands(add)
+    _series_commands(add)
+    _deployment_commands(add)
+    return top
+
+
+def _build_commands(add: Adder) -> None:
     p = add("wheel", cmd_wheel, "build patched wheels into dist/ with constraints.txt (the main job)")
     _targets(p, "lvllmds4-x and flashinfer")
     p.add_argument("--kernels", type=inputs.kernels, help="source | release:TAG | wheel:PATH_OR_URL (compiled modules to reuse)")
@@ -249,6 +259,9 @@ def parser() -> argparse.ArgumentParser:
         _targets(p, "required")
         dir_type = inputs.output_folder if name == "apply" else inputs.existing_folder
         p.add_argument("--dir", type=dir_type, help="development tree (default: trees/<target>)")
+
+
+def _series_commands(add: Adder) -> None:
     p = add("export", cmd_export, "write a target's series as upstream-ready format-patch files")
     _targets(p, "required")
     where = p.add_mutually_exclusive_group()
@@ -267,6 +280,9 @@ def parser() -> argparse.ArgumentParser:
     _targets(p, "all")
     p.add_argument("--newest", action="store_true",
                    help="instead: does the series apply to the newest release on the index? (pins unchanged)")
+
+
+def _deployment_commands(add: Adder) -> None:
     add("provenance", cmd_provenance, "print the provenance of ds4x wheels installed in this Python")
     p = add("doctor", cmd_doctor, "report libcudart resolution and ds4x provenance for a bug report")
     p.add_argument("--preload", action="append", default=[], metavar="LIB", help="load this shared library first")
@@ -278,7 +294,6 @@ def parser() -> argparse.ArgumentParser:
         plan.add_arguments(p)
     except (ImportError, Ds4xError):
         pass  # `plan` then says what is missing when it runs
-    return top
 
 
 STANDALONE = ("doctor", "provenance")  # these need only the package
