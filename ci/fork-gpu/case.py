@@ -9,6 +9,7 @@ Usage: case.py CASE OUTDIR MODELROOT
   with n-gram drafts. adaptivelow (v2): adaptive with each draft kept with probability
   LOW_KEEP (drafts.py), so acceptance is low and adaptive must verify fewer than K.
   dflash: a Qwen3 target with a random DFlash draft (DSpark's family; v2 only).
+  moe: the fork only (lk_moe); with DS4X_GPU_TARGET=vllm (upstream 0.32.0) the case fails by name.
 Two requests reason (their prompt opens <think>) for 64 tokens, two answer (</think>
 closed) for 24, so decode batches are mixed first and reasoning-only after."""
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from drafts import DraftFilter
-from harness import EAGER, ENGINE, GRAPHS, Counters, spec_metrics
+from harness import EAGER, ENGINE, GRAPHS, LK_MOE, TARGET, Counters, spec_metrics
 
 from tests.engine.policies import POLICIES
 
@@ -60,6 +61,8 @@ def engine_args(path: str) -> dict:
 
 
 def run() -> dict:
+    if KIND == "moe" and not LK_MOE:
+        raise RuntimeError(f"{CASE}: MoE cases put every expert on lk_moe, the fork's; not in target {TARGET}")
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0" if V1 else "1"
     counters = Counters(K, V1)

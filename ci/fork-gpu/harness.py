@@ -3,9 +3,14 @@ vLLM's spec-decode metrics, and counters of what a run of the patched fork did o
 the GPU, in-process: CUDA graph replays per graph manager and query length, decode
 steps replayed or eager, lk_moe calls (captured, or eager in prefill or in decode)
 and the drafter's graph replays by the query length of the target step they follow.
-Counters.install() goes before the engine is made."""
+Counters.install() goes before the engine is made. DS4X_GPU_TARGET (setup.sh) names the
+tree: lvllmds4-x (default) or vllm, upstream 0.32.0, which has no lk_moe to count."""
 
+import os
 from collections import Counter, defaultdict
+
+TARGET = os.environ.get("DS4X_GPU_TARGET", "lvllmds4-x")
+LK_MOE = TARGET != "vllm"  # RoutedExperts._cpu_decode/_cpu_prefill: the fork's lk_moe paths
 
 # Triton attention and native norms: the fork's compiled kernels are not here
 ENGINE = {"dtype": "bfloat16", "seed": 0, "disable_log_stats": False, "enable_prefix_caching": False,
@@ -43,9 +48,6 @@ class Counters:
         self.moe = Counter({k: v for k, v in self.moe.items() if "capturing" in k})
 
     def install(self) -> list:
-        import torch
-        from vllm.model_executor.layers.fused_moe import routed_experts as RE
-
         managers, MR = self.count_v1() if self.v1 else self.count_v2()
         execute = MR.GPUModelRunner.execute_model
 
@@ -61,6 +63,14 @@ class Counters:
             return out
 
         MR.GPUModelRunner.execute_model = execute_model
+        if LK_MOE:
+            self.count_lk_moe()
+        return managers
+
+    def count_lk_moe(self) -> None:
+        import torch
+        from vllm.model_executor.layers.fused_moe import routed_experts as RE
+
         for name in ("_cpu_decode", "_cpu_prefill"):
             original = getattr(RE.RoutedExperts, name)
 
@@ -71,7 +81,6 @@ class Counters:
                 return _original(experts, *a, **k)
 
             setattr(RE.RoutedExperts, name, counted)
-        return managers
 
     def count_v2(self) -> tuple[list, object]:
         """Replays through v2's graph managers (target, drafter prefill, drafter)."""

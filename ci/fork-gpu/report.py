@@ -84,6 +84,9 @@ def main(resdir: Path) -> int:
     if not asked:
         print(f"no list of cases asked for in {asked_file}: nothing to check")
         return 1
+    target = resdir / "target"  # written by run: lvllmds4-x (the fork) or vllm (upstream 0.32.0)
+    if target.exists():
+        print("target:", target.read_text().strip())
     failed = 0
     for case in asked + sorted(set(results) - set(asked)):
         result = results.get(case)

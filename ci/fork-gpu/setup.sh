@@ -1,8 +1,16 @@
-# Sourced by ci/fork-gpu/run and ci/fork-gpu/measure on the GPU machine: the carried wheels
-# (.whl2) into /tmp/site, the patched fork's vllm/ (.fork) into /tmp/fork with its stand-ins in
-# /tmp/fsite, and PYTHONPATH over all three.
+# Sourced by ci/fork-gpu/run and ci/fork-gpu/measure on the GPU machine, per TARGET (default
+# lvllmds4-x: the fork, carried as .fork and .whl2; vllm: upstream vLLM 0.32.0 patched by our
+# series, carried as .upstream, see make_carry.sh): the carried wheels into /tmp/site, the patched
+# vllm/ into /tmp/fork with its stand-ins (prepare_fork.py) and dist-info in /tmp/fsite, and
+# PYTHONPATH over all three.
+TARGET=${TARGET:-lvllmds4-x}
+case $TARGET in
+  lvllmds4-x) TREE=.fork/vllm.tgz WHEELS=.whl2 ;;
+  vllm) TREE=.upstream/vllm.tgz WHEELS=.upstream/whl ;;
+  *) echo "TARGET=$TARGET: lvllmds4-x or vllm"; exit 1 ;;
+esac
 rm -rf /tmp/site /tmp/fork /tmp/fsite && mkdir -p /tmp/fork
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl2/*.whl || exit 1
-tar xzf .fork/vllm.tgz -C /tmp/fork && python3 ci/fork-gpu/prepare_fork.py /tmp/fork /tmp/fsite || exit 1
-export PYTHONPATH=/tmp/fork:/tmp/fsite:/tmp/site LVLLM_ENABLE_NUMA_INTERLEAVE=0
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $WHEELS/*.whl || exit 1
+tar xzf $TREE -C /tmp/fork && python3 ci/fork-gpu/prepare_fork.py /tmp/fork /tmp/fsite $TARGET || exit 1
+export PYTHONPATH=/tmp/fork:/tmp/fsite:/tmp/site LVLLM_ENABLE_NUMA_INTERLEAVE=0 DS4X_GPU_TARGET=$TARGET
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'

@@ -1,0 +1,122 @@
+"""ci/fork-gpu/prepare_fork.py, which makes a patched vllm/ tree run on the GPU machine without its
+compiled extensions, per target: the fork (lvllmds4-x, unchanged: its four stand-ins, its edits, its
+dist-info) and upstream vLLM 0.32.0 (vllm: the `_C` ops registered from a _C_stable_libtorch stand-in,
+upstream's own _version kept, no _moe_C stand-in, a vllm dist-info the CUDA probe accepts). The
+upstream edits are checked against the real pinned sdist with our series applied."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from ds4x.cli import main as ds4x
+
+HARNESS = Path(__file__).resolve().parents[2] / "ci" / "fork-gpu"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("fork_gpu_prepare", HARNESS / "prepare_fork.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+P = load()
+
+
+def fake_tree(root: Path, edits: list[tuple[str, str, str]]) -> Path:
+    """A vllm/ tree holding each edit's text once, between other lines."""
+    for rel, old, _ in edits:
+        path = root / "vllm" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("# before\n" + old + "\n# after\n")
+    return root
+
+
+@pytest.mark.parametrize("target", ["lvllmds4-x", "vllm"])
+def test_edits_apply_once_and_again_is_a_no_op(tmp_path: Path, target: str) -> None:
+    edits = P.TARGETS[target]["edits"]
+    tree = fake_tree(tmp_path / "tree", edits)
+    P.main(tree, tmp_path / "site", target)
+    edited = {rel: (tree / "vllm" / rel).read_text() for rel, _, _ in edits}
+    for rel, _, new in edits:
+        assert new in edited[rel] and edited[rel].count("ds4x GPU harness") == 1, rel
+    P.main(tree, tmp_path / "site", target)  # setup.sh may run on a tree already prepared
+    assert edited == {rel: (tree / "vllm" / rel).read_text() for rel, _, _ in edits}
+
+
+def test_the_fork_keeps_its_stand_ins_and_dist_info(tmp_path: Path) -> None:
+    tree = fake_tree(tmp_path / "tree", P.EDITS)
+    P.main(tree, tmp_path / "site")  # the default target
+    assert {p.name for p in (tree / "vllm").glob("*.py")} == {
+        "_C.py", "_C_stable_libtorch.py", "_moe_C_stable_libtorch.py", "_version.py"}
+    info = tmp_path / "site" / "lvllmds4_x-0.23.1.dev0.dist-info"
+    assert (info / "METADATA").read_text() == (
+        "Metadata-Version: 2.1\nName: lvllmds4-x\nVersion: 0.23.1.dev0+gb7f99cd.cu130\n")
+    assert (info / "RECORD").read_text() == "lvllmds4_x-0.23.1.dev0.dist-info/METADATA,,\n"
+
+
+def test_upstream_gets_its_own_stand_ins_and_a_cuda_vllm_dist_info(tmp_path: Path) -> None:
+    tree = fake_tree(tmp_path / "tree", P.UPSTREAM_EDITS)
+    (tree / "vllm" / "_version.py").write_text("__version__ = version = '0.32.0'\n")
+    P.main(tree, tmp_path / "site", "vllm")
+    assert {p.name for p in (tree / "vllm").glob("*.py")} == {"_C.py", "_C_stable_libtorch.py", "_version.py"}
+    assert (tree / "vllm" / "_version.py").read_text() == "__version__ = version = '0.32.0'\n"
+    stable = (tree / "vllm" / "_C_stable_libtorch.py").read_text()
+    assert stable == (HARNESS / "stubs" / "upstream" / "_C_stable_libtorch.py").read_text()
+    assert "import vllm._C" in stable
+    metadata = (tmp_path / "site" / "vllm-0.32.0.dist-info" / "METADATA").read_text()
+    assert "Name: vllm\nVersion: 0.32.0+cu130\n" in metadata and "cpu" not in metadata  # upstream's CUDA probe
+
+
+def test_a_missing_text_names_its_file(tmp_path: Path) -> None:
+    tree = fake_tree(tmp_path / "tree", P.UPSTREAM_EDITS)
+    (tree / "vllm" / "vllm_flash_attn" / "__init__.py").write_text("# another version\n")
+    with pytest.raises(AssertionError, match="vllm_flash_attn/__init__.py"):
+        P.main(tree, tmp_path / "site", "vllm")
+
+
+UPSTREAM_OPS = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import vllm._C_stable_libtorch  # what vllm/platforms/cuda.py imports
+ops = torch.ops._C
+for name in ("rms_norm", "fused_add_rms_norm"):
+    assert "Tensor? weight" in str(getattr(ops, name).default._schema), name  # upstream's schema
+for name in ("silu_and_mul", "weak_ref_tensor", "get_cuda_view_from_cpu_tensor", "rotary_embedding",
+             "cutlass_scaled_mm_supports_fp8"):
+    getattr(ops, name).default  # the fork's stand-ins, registered from here
+x = torch.randn(3, 8, dtype=torch.bfloat16)
+out = torch.empty_like(x)
+ops.rms_norm(out, x, None, 1e-6)
+ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+assert torch.equal(out, ref)
+print("ok")
+"""
+
+
+def test_upstream_stand_in_registers_the_ops_with_upstreams_schemas(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    tree = fake_tree(tmp_path / "tree", P.UPSTREAM_EDITS)
+    (tree / "vllm" / "__init__.py").write_text("")
+    P.main(tree, tmp_path / "site", "vllm")
+    done = subprocess.run([sys.executable, "-c", UPSTREAM_OPS, str(tree)], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+@pytest.mark.network
+def test_upstream_edits_apply_to_the_pinned_sdist_with_our_series(tmp_path: Path) -> None:
+    tree = tmp_path / "vllm-gpu"
+    assert ds4x(["apply", "--target", "vllm", "--dir", str(tree), "-q"]) == 0
+    for rel, old, _ in P.UPSTREAM_EDITS:
+        assert (tree / "vllm" / rel).read_text().count(old) == 1, rel
+    P.main(tree, tmp_path / "site", "vllm")
+    cuda = (tree / "vllm" / "platforms" / "cuda.py").read_text()
+    assert "\nimport vllm._C_stable_libtorch  # noqa\n" in cuda  # the module the stand-in replaces
+    assert "import vllm._C " not in cuda and "import vllm._C\n" not in cuda  # upstream's CUDA never imports _C
