@@ -33,9 +33,9 @@ PANELS = [
      f"{by('phase', 'vllm:spec_decode_num_draft_tokens_by_phase_total')} / "
      f"{by('phase', 'vllm:spec_decode_num_drafts_by_phase_total')}", "{{phase}}", "none"),
     ("verified", "Request steps by verified depth (0: verified nothing)",
-     by("depth", "vllm:spec_decode_depth_total"), "verified {{depth}}", "ops"),
+     by("depth", "vllm:spec_decode_num_drafts_by_depth_total"), "verified {{depth}}", "ops"),
     ("chosen", "Request steps by chosen depth (a batch verifies its deepest choice)",
-     by("depth", "vllm:spec_decode_chosen_depth_total"), "chosen {{depth}}", "ops"),
+     by("depth", "vllm:spec_decode_num_drafts_by_chosen_depth_total"), "chosen {{depth}}", "ops"),
     ("generation", "Generation tokens per second",
      f"sum({RATE.format(metric='vllm:generation_tokens_total')})", "tok/s", "none"),
 ]

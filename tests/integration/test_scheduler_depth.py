@@ -113,6 +113,6 @@ def test_phase_counts_equal_what_each_request_verified(engine_checks: dict[str, 
     assert run["a1_stopped_mid_step"]
     assert run["expected"]["drafts"].keys() == {"reasoning", "answer"}
     assert run["expected"]["depths"].get("1"), run  # the uneven step
-    if policy == "phase 0/2":  # reasoning requests verify nothing: vllm:spec_decode_depth{depth="0"}
+    if policy == "phase 0/2":  # reasoning requests verify nothing: vllm:spec_decode_num_drafts_by_depth{depth="0"}
         assert run["expected"]["depths"].get("0"), run
     assert run["counted"] == run["expected"]

@@ -7,10 +7,14 @@ Prometheus (beside vLLM's spec-decode family; labels like ``position``)::
     vllm:spec_decode_num_drafts_by_phase{phase="reasoning"|"answer"}
     vllm:spec_decode_num_draft_tokens_by_phase{phase=...}
     vllm:spec_decode_num_accepted_tokens_by_phase{phase=...}
-    vllm:spec_decode_depth{depth="0".."K"}          drafts verified at each depth; at 0, decode
-                                                   steps of a request that verified nothing
-    vllm:spec_decode_chosen_depth{depth="0".."K"}   drafts whose request chose that depth
-                                                   (a batch verifies its deepest choice)
+    vllm:spec_decode_num_drafts_by_depth{depth="0".."K"}         drafts verified at each depth; at 0,
+                                                                  decode steps of a request that verified nothing
+    vllm:spec_decode_num_drafts_by_chosen_depth{depth="0".."K"}  drafts whose request chose that depth
+                                                                  (a batch verifies its deepest choice)
+
+(named as vLLM names its counters, `..._num_drafts`; before 2026-12 they were
+`vllm:spec_decode_depth` and `vllm:spec_decode_chosen_depth`, which nothing outside
+this project read: no alias is kept)
 
 Acceptance rate while reasoning::
 
@@ -92,8 +96,8 @@ class DepthProm:
             "draft_tokens": counter("vllm:spec_decode_num_draft_tokens_by_phase", "Draft tokens verified, by phase.", "phase"),
             "accepted_tokens": counter("vllm:spec_decode_num_accepted_tokens_by_phase", "Accepted tokens, by phase.", "phase"),
         }
-        depth = counter("vllm:spec_decode_depth", "Drafts verified at each draft depth.", "depth")
-        chosen = counter("vllm:spec_decode_chosen_depth", "Drafts by the depth their request chose.", "depth")
+        depth = counter("vllm:spec_decode_num_drafts_by_depth", "Drafts verified at each draft depth.", "depth")
+        chosen = counter("vllm:spec_decode_num_drafts_by_chosen_depth", "Drafts by the depth their request chose.", "depth")
         self.by_phase = {
             idx: {what: {p: c.labels(*lv, p) for p in PHASES} for what, c in base.items()}
             for idx, lv in per_engine_labelvalues.items()
