@@ -31,9 +31,9 @@ def test_greedy_outputs_equal_the_non_speculative_run(runs: dict[str, Any], poli
 
 def test_phase_12_verifies_one_draft_while_only_reasoning(runs: dict[str, Any]) -> None:
     run = runs["phase 1/2"]
-    assert metric(run, "depth", depth="1") > 0  # the reasoning-only batch
-    assert metric(run, "chosen_depth", depth="1") > 0
-    assert metric(run, "depth", depth="2") > 0  # answers, and reasoning requests batched with them
+    assert metric(run, "num_drafts_by_depth", depth="1") > 0  # the reasoning-only batch
+    assert metric(run, "num_drafts_by_chosen_depth", depth="1") > 0
+    assert metric(run, "num_drafts_by_depth", depth="2") > 0  # answers, and reasoning requests batched with them
     drafts = metric(run, "num_drafts_by_phase", phase="answer")
     tokens = metric(run, "num_draft_tokens_by_phase", phase="answer")
     assert drafts < tokens <= 2 * drafts  # n-gram may find fewer than 2 to propose
@@ -45,12 +45,12 @@ def test_phase_12_verifies_one_draft_while_only_reasoning(runs: dict[str, Any]) 
 
 def test_phase_02_verifies_nothing_while_only_reasoning(runs: dict[str, Any]) -> None:
     run = runs["phase 0/2"]
-    assert metric(run, "chosen_depth", depth="1") == 0  # 0 while reasoning, 2 answering
+    assert metric(run, "num_drafts_by_chosen_depth", depth="1") == 0  # 0 while reasoning, 2 answering
     # reasoning requests chose 0 and were verified only when batched with answers, at depth 2
-    assert metric(run, "chosen_depth", depth="0") == metric(run, "num_drafts_by_phase", phase="reasoning") > 0
+    assert metric(run, "num_drafts_by_chosen_depth", depth="0") == metric(run, "num_drafts_by_phase", phase="reasoning") > 0
     assert metric(run, "num_drafts_by_phase", phase="reasoning") < metric(runs["phase 1/2"], "num_drafts_by_phase",
                                                                           phase="reasoning")
     # the reasoning-only steps verified nothing, and count at depth 0; vLLM's own counters skip them
-    assert metric(run, "depth", depth="0") > 0
+    assert metric(run, "num_drafts_by_depth", depth="0") > 0
     assert metric(run, "num_drafts") == (metric(run, "num_drafts_by_phase", phase="answer")
                                          + metric(run, "num_drafts_by_phase", phase="reasoning"))
