@@ -4,7 +4,9 @@ inside a CUDA graph (cpu_decode captured on the stream, what depth-aware graphs 
 every depth), eager cpu_decode (the fork's eager decode path with our lk_moe patch), and
 the eager _cpu_prefill path (stream synchronize and host copies per layer: what a
 shorter-depth step ran before). Then the predicted tok/s per policy and phase from
-bench/depth_sim.py on the measured curves.
+bench/depth_sim.py on the measured curves, at the acceptance of a profile `measure`
+wrote (--profile, default bench/depth_sim.py's) and --gpu-ms for the rest of a step
+(default 0: the CPU part alone; measure's own default is the RTX 5090's 28.5).
 
 DeepSeek-V4-Flash's shape: 43 MoE layers a step, 256 routed experts, top-6, one request.
 Its experts are FP4; this uses MOE_BF16 with hidden 2048 / intermediate 1024, whose bytes
@@ -12,7 +14,8 @@ per expert (12.6 MB) equal one FP4 expert of hidden 4096 / intermediate 2048, so
 traffic per expert matches. One layer (3.2 GiB) is called 43 times a step with fresh
 random routing each call, so experts come from DRAM as they would across 43 layers.
 
-Needs a CUDA GPU, torch and lk_moe (cp312). Usage: python bench/lk_moe_step.py [--steps 20]
+Needs a CUDA GPU, torch and lk_moe (cp312). Usage: python bench/lk_moe_step.py [--steps 20] [--gpu-ms MS]
+[--profile FILE]
 """
 
 from __future__ import annotations
@@ -111,6 +114,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--gpu-ms", type=float, default=0.0, help="the rest of a step, ms (default 0)")
+    parser.add_argument("--profile", type=Path, default=depth_sim.DEFAULT_PROFILE,
+                        help="a profile `measure` wrote: its acceptance per phase")
     args = parser.parse_args()
     print(f"lk_moe CPU part of a step: {LAYERS} layers, {EXPERTS} experts, top-{TOP_K}, "
           f"LK_THREADS={os.environ.get('LK_THREADS', 'lk_moe default')}, median of {args.steps} steps")
@@ -122,7 +128,8 @@ def main() -> None:
     for name in ("in a CUDA graph", "eager cpu_decode"):
         print(f"{name} vs eager _cpu_prefill: " + ", ".join(f"{b / v:.2f}x" for v, b in zip(curves[name], baseline)))
     tokens = {"reasoning": 3000, "answer": 800}
-    depth_sim.compare_graph_and_eager(curves["in a CUDA graph"], baseline, tokens, args.seeds)
+    acceptance = depth_sim.measured(args.profile)["acceptance"]
+    depth_sim.compare_graph_and_eager(curves["in a CUDA graph"], baseline, tokens, args.seeds, acceptance, args.gpu_ms)
 
 
 if __name__ == "__main__":

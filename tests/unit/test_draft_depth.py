@@ -1,6 +1,7 @@
 """Per-request draft depth: config, phase tracking, policies, hysteresis.
 
-The module under test is the overlay shipped in both vLLM wheels."""
+The modules under test are the overlay's, shipped in both vLLM wheels; tests
+name requests by id through tests/unit/depth_by_id.py."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ from typing import Any
 import pytest
 
 from ds4x.overlay import load_module
+from tests.unit.depth_by_id import ById
 
 dd = load_module("vllm-common/vllm/ds4x/draft_depth.py")
+est = load_module("vllm-common/vllm/ds4x/depth_estimates.py")
+tally = load_module("vllm-common/vllm/ds4x/depth_tally.py")
 THINK, END_THINK = 1, 2
 TOOL_MARKER = (7, 8, 9)  # e.g. "<｜DSML｜tool_calls>" as three tokens
 
@@ -74,8 +78,17 @@ def test_phase_policy_needs_a_reasoning_parser() -> None:
         dd.DepthPolicy(config, 2, tracker=None)
 
 
+def by_id(raw: dict[str, Any] | None, lag: int = 1) -> ById:
+    return ById(dd.DepthPolicy(dd.DraftDepthConfig.from_dict(raw, 2), 2, tracker(), lag))
+
+
+def clock(policy: ById) -> Any:
+    """adaptive's decision clock"""
+    return policy.policy.strategy.clock
+
+
 def test_fixed_is_k_max_everywhere() -> None:
-    policy = dd.DepthPolicy(dd.DraftDepthConfig(), 2, tracker())
+    policy = by_id(None)
     policy.add("a", [THINK], None)
     assert policy.depth("a") == 2
     policy.on_tokens("a", [END_THINK])
@@ -84,7 +97,7 @@ def test_fixed_is_k_max_everywhere() -> None:
 
 
 def test_phase_policy_follows_the_phase() -> None:
-    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "phase"}, 2), 2, tracker())
+    policy = by_id({"policy": "phase"})
     policy.add("r", [THINK], None)
     policy.add("a", [THINK, END_THINK], None)
     assert (policy.depth("r"), policy.depth("a")) == (1, 2)
@@ -96,7 +109,7 @@ def test_phase_policy_follows_the_phase() -> None:
 
 
 def test_request_override_and_its_validation() -> None:
-    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "phase"}, 2), 2, tracker())
+    policy = by_id({"policy": "phase"})
     policy.add("x", [THINK], {"draft_depth": 0})
     assert policy.depth("x") == 0
     for bad in (3, -1, "1", True, 1.0):
@@ -106,9 +119,9 @@ def test_request_override_and_its_validation() -> None:
 
 
 def test_expected_tokens() -> None:
-    assert dd.expected_tokens([0.4, 0.4], 0) == 1
-    assert dd.expected_tokens([0.4, 0.4], 1) == pytest.approx(1.4)
-    assert dd.expected_tokens([0.4, 0.4], 2) == pytest.approx(1.56)
+    assert est.expected_tokens([0.4, 0.4], 0) == 1
+    assert est.expected_tokens([0.4, 0.4], 1) == pytest.approx(1.4)
+    assert est.expected_tokens([0.4, 0.4], 2) == pytest.approx(1.56)
 
 
 def test_batched_acceptance_update() -> None:
@@ -116,12 +129,12 @@ def test_batched_acceptance_update() -> None:
     mean of what it has seen, the starting rate counting as PRIOR_SAMPLES; then
     each verification moves it by `smoothing`, a batch of n alike exactly n of
     them; a position never reached fades its weight."""
-    fresh = dd.Acceptance([0.5, 0.5], 0.1)
+    fresh = est.Acceptance([0.5, 0.5], 0.1)
     fresh.observe_outcomes([0] * 7 + [1, 0])  # drafted 2, accepted 1: code 2 * 3 + 1
     assert fresh.rates == pytest.approx([(0.5 * 4 + 1) / 5, 0.5 * 4 / 5]) and fresh.counts == [1, 1]
 
     def warm() -> Any:
-        return dd.Acceptance([0.5, 0.5], 0.1, weights=[1.0, 1.0], counts=[10, 10])
+        return est.Acceptance([0.5, 0.5], 0.1, weights=[1.0, 1.0], counts=[10, 10])
 
     one = warm()
     one.observe_outcomes([0] * 7 + [1, 0])
@@ -138,17 +151,31 @@ def test_batched_acceptance_update() -> None:
     assert shallow.estimate()[1] == pytest.approx(0.9**5 * 0.5 + (1 - 0.9**5) * shallow.rates[0])
 
 
+def test_tally_codes_round_trip() -> None:
+    """Every (phase, chosen, drafted, accepted) packs to its own code and back, from
+    the outcome and from the tokens sampled (accepted + 1); the codes fill the tally."""
+    codec = tally.TallyCodec(2)
+    seen = set()
+    for phase, chosen, drafted in itertools.product(("reasoning", "answer"), range(3), range(3)):
+        for accepted in range(drafted + 1):
+            code = codec.slot(phase, chosen) + codec.sampled_base(drafted) + accepted + 1
+            assert code == codec.slot(phase, chosen) + codec.outcome(drafted, accepted) < codec.size
+            assert codec.unpack(code) == (phase, chosen, drafted, accepted)
+            seen.add(code)
+    assert len(seen) == 2 * 3 * (1 + 2 + 3)
+    assert list(codec.tallies({codec.slot("answer", 1) + codec.outcome(2, 1): 3})) == [("answer", 1, 2, 3, 3)]
+    assert tally.reach(2) == ((3, 1, 0), (4, 1, 1), (6, 1, 0), (7, 2, 1), (8, 2, 2))
+
+
 CPU_COST = [1.0, 1.75, 2.44]  # DESIGN.md: lk_moe cost by tokens verified
 
 
-def adaptive(**extra: object) -> Any:
+def adaptive(**extra: object) -> ById:
     # explore_steps 0: the step costs are given, nothing to time first
-    config = dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": CPU_COST, "explore_steps": 0,
-                                            **extra}, 2)
-    return dd.DepthPolicy(config, 2, tracker())
+    return by_id({"policy": "adaptive", "step_cost": CPU_COST, "explore_steps": 0, **extra})
 
 
-def feed(policy: Any, rid: str, acceptance: float, steps: int, rng_seed: int = 0) -> list[int]:
+def feed(policy: ById, rid: str, acceptance: float, steps: int, rng_seed: int = 0) -> list[int]:
     import random
 
     rng = random.Random(rng_seed)
@@ -175,18 +202,17 @@ def test_adaptive_picks_the_best_depth_for_each_regime() -> None:
     assert low.count(0) >= 45 and set(low) == {0, 1}  # depth 0, and a one-step probe at 1 now and then
     policy.add("high", [THINK, END_THINK], None)
     tail = feed(policy, "high", 0.9, 400)[-100:]
-    rates = {d: dd.expected_tokens([0.9, 0.9], d) / CPU_COST[d] for d in range(3)}
+    rates = {d: est.expected_tokens([0.9, 0.9], d) / CPU_COST[d] for d in range(3)}
     assert max(set(tail), key=tail.count) == max(rates, key=lambda d: rates[d])
-    flat = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive", "explore_steps": 0}, 2), 2, tracker())
+    flat = by_id({"policy": "adaptive", "explore_steps": 0})
     flat.add("g", [THINK, END_THINK], None)
     assert feed(flat, "g", 0.6, 100)[-20:] == [2] * 20
 
 
 def near_tie(hold_steps: int, hysteresis: float) -> list[int]:
     """Acceptance 0.62 on costs where depths 1 and 2 are within 2.3% of each other."""
-    config = dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": [1.0, 1.5, 1.9], "explore_steps": 0,
-                                            "hold_steps": hold_steps, "hysteresis": hysteresis}, 2)
-    policy = dd.DepthPolicy(config, 2, tracker())
+    policy = by_id({"policy": "adaptive", "step_cost": [1.0, 1.5, 1.9], "explore_steps": 0,
+                    "hold_steps": hold_steps, "hysteresis": hysteresis})
     policy.add("x", [THINK, END_THINK], None)
     return feed(policy, "x", 0.62, 2000, rng_seed=3)
 
@@ -197,7 +223,7 @@ def test_hysteresis_prevents_flapping_and_stays_near_the_best() -> None:
 
     steady, loose = near_tie(4, 0.01), near_tie(0, 0.0)
     assert switches(steady) * 2 < switches(loose)
-    rate = {d: dd.expected_tokens([0.62, 0.62], d) / [1.0, 1.5, 1.9][d] for d in range(3)}
+    rate = {d: est.expected_tokens([0.62, 0.62], d) / [1.0, 1.5, 1.9][d] for d in range(3)}
     achieved = sum(rate[d] for d in steady) / len(steady)
     assert achieved >= 0.99 * max(rate.values())
 
@@ -218,18 +244,18 @@ def test_adaptive_keeps_separate_estimates_per_phase() -> None:
 def test_adaptive_times_untimed_depths_then_uses_the_timings() -> None:
     """From a flat prior (no step_cost given), it spends a few steps at each
     untimed depth; with CPU-like timings it then settles on the cheap depth."""
-    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive"}, 2), 2, tracker())
+    policy = by_id({"policy": "adaptive"})
     policy.add("x", [THINK], None)
     depths = []
     for step in range(300):
         depth = policy.depth("x")
         depths.append(depth)
-        policy.costs.observe(depth + 1, CPU_COST[depth])  # what the scheduler's step timer reports
+        policy.policy.costs.observe(depth + 1, CPU_COST[depth])  # what the scheduler's step timer reports
         accepted = min(depth, 1 if step % 2 else 0)  # ~40-50% acceptance at position 1, never at 2
         policy.on_verified("x", depth, accepted)
         policy.on_tokens("x", [5] * (1 + accepted))
         policy.step()
-    assert policy.costs.unmeasured() == []
+    assert policy.policy.costs.unmeasured() == []
     assert {0, 1, 2} <= set(depths[:80])  # each depth timed early
     assert depths[-50:].count(0) + depths[-50:].count(1) >= 45  # then the cheap depths win
 
@@ -241,7 +267,7 @@ def test_adaptive_prices_one_request_with_one_request_timings() -> None:
     """The H200 benchmark's case: two requests, where depth 1 is best, then one, where
     depth 0 is. Timings of two-request steps at depth 0 must not make depth 1 look
     cheaper than depth 0 with one request (per position acceptance 0.62)."""
-    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive"}, 2), 2, tracker())
+    policy = by_id({"policy": "adaptive"})
     names = ["x", "y"]
     for name in names:
         policy.add(name, [THINK], None)
@@ -252,7 +278,7 @@ def test_adaptive_prices_one_request_with_one_request_timings() -> None:
             names = ["x"]
         depth = max(policy.depth(n) for n in names)
         depths.append(depth)
-        policy.costs.observe(depth + 1, H200_STEP_S[len(names)][depth], len(names))
+        policy.policy.costs.observe(depth + 1, H200_STEP_S[len(names)][depth], len(names))
         for i, name in enumerate(names):
             accepted = sum(itertools.accumulate(((step * 7 + i * 3 + j) % 50 < 31 for j in range(depth)),
                                                 lambda a, b: a and b))  # ~0.62 a position, in order
@@ -264,7 +290,7 @@ def test_adaptive_prices_one_request_with_one_request_timings() -> None:
 
 
 def test_live_step_costs_replace_the_prior() -> None:
-    costs = dd.StepCosts(prior=[1.0, 1.0, 1.0])
+    costs = est.StepCosts(prior=[1.0, 1.0, 1.0])
     for seconds in (0.010, 0.011, 0.500):  # one stray slow step
         costs.observe(1, seconds)
     assert costs.relative() == pytest.approx([0.011, 0.011, 0.011])  # median; the rest scaled from the prior
@@ -280,7 +306,7 @@ def test_live_step_costs_replace_the_prior() -> None:
 def test_step_costs_are_per_batch_size() -> None:
     """Timings of two-request steps price two-request steps only; a batch size
     not timed yet borrows the nearest one's and is untimed (explored)."""
-    costs = dd.StepCosts(prior=[1.0, 1.0, 1.0])
+    costs = est.StepCosts(prior=[1.0, 1.0, 1.0])
     for _ in range(3):
         costs.observe(1, 0.016)
         costs.observe(2, 0.034)
@@ -323,39 +349,39 @@ def test_graph_depths_must_include_k_max(bad: list[int]) -> None:
 
 
 def test_policy_exposes_the_batch_depth_table() -> None:
-    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "phase", "reasoning_depth": 0}, 2), 2, tracker())
+    policy = by_id({"policy": "phase", "reasoning_depth": 0})
     policy.add("r", [5, THINK], None)
     policy.add("o", [5, THINK], {"draft_depth": 1})  # a client's own depth: no graph at 1
     chosen = max(policy.depth("r"), policy.depth("o"))
-    assert (policy.depth("r"), chosen, policy.batch_depth[chosen]) == (0, 1, 2)
+    assert (policy.depth("r"), chosen, policy.policy.batch_depth[chosen]) == (0, 1, 2)
 
 
 def test_groups_follow_each_request_s_phase_and_depth() -> None:
     """The scheduler counts a step by phase from these groups (all but the largest read one by one)."""
-    policy = dd.DepthPolicy(dd.DraftDepthConfig(policy="phase"), 2, dd.PhaseTracker([[1]], [[2]]))
+    policy = ById(dd.DepthPolicy(dd.DraftDepthConfig(policy="phase"), 2, dd.PhaseTracker([[1]], [[2]])))
     reasoning, answer = policy.add("r", [5, 1], None), policy.add("a", [1, 2], None)
     assert reasoning.slot != answer.slot
-    assert policy.groups == {reasoning.slot: {reasoning}, answer.slot: {answer}}
+    assert policy.policy.groups == {reasoning.slot: {reasoning}, answer.slot: {answer}}
     policy.on_tokens("r", [2])  # r closes its reasoning: its depth and group are a's now
-    assert policy.groups == {answer.slot: {reasoning, answer}}
+    assert policy.policy.groups == {answer.slot: {reasoning, answer}}
     policy.forget("a")
     policy.forget("r")
-    assert policy.groups == {} and reasoning.slot == -1
+    assert policy.policy.groups == {} and reasoning.slot == -1 and policy.policy.requests == {}
 
 
-def run_steps(policy: Any, steps: int, watched: Any) -> tuple[list[int], list[int]]:
+def run_steps(policy: ById, steps: int, watched: Any) -> tuple[list[int], list[int]]:
     """Every request verifies one accepted draft of two each step: how many
     requests decided at the end of each step, and the steps `watched` did."""
-    decided, watched_at = [], []
+    decided, watched_at, ticks = [], [], clock(policy)
     for _ in range(steps):
-        for state in policy.requests.values():
+        for state in policy.policy.requests.values():
             policy.verified(state, 2, 1)
-        due = policy.wakes.get(policy.steps + 1, [])
-        decided.append(sum(state.wake_at == policy.steps + 1 for state in due))
+        due = ticks.wakes.get(ticks.steps + 1, [])
+        decided.append(sum(state.wake_at == ticks.steps + 1 for state in due))
         before = watched.wake_at
         policy.step()
         if watched.wake_at != before:
-            watched_at.append(policy.steps)
+            watched_at.append(ticks.steps)
     return decided, watched_at
 
 
@@ -366,36 +392,37 @@ def test_adaptive_spreads_decisions_and_holds_longer_while_a_choice_holds() -> N
     policy = adaptive(step_cost=[1.0, 1.0, 1.0])  # flat: depth 2 wins and stays
     for i in range(32):
         policy.add(f"r{i}", [THINK, END_THINK], None)
-    state = policy.requests["r0"]
+    state = policy.policy.requests["r0"]
     decided, watched_at = run_steps(policy, 200, state)
     assert decided[:16] == [2] * 16
     assert state.depth == 2 and watched_at == [16, 48, 112, 176]
     policy.on_tokens("r0", [THINK])  # back to reasoning: decided now, next after 16
-    assert state.hold == 16 and state.wake_at == policy.steps + 16
+    assert state.hold == 16 and state.wake_at == clock(policy).steps + 16
     # untimed depths: some explore a step and decide again, still spread (not 64 on one step)
-    exploring = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive"}, 2), 2, tracker())
+    exploring = by_id({"policy": "adaptive"})
     for i in range(64):
         exploring.add(f"r{i}", [THINK], None)
-    assert max(run_steps(exploring, 200, exploring.requests["r0"])[0]) <= 64 // 4
+    assert max(run_steps(exploring, 200, exploring.policy.requests["r0"])[0]) <= 64 // 4
 
 
 def test_exploration_allowance_refills_by_engine_steps_not_verifications() -> None:
     """A batch times one verify length a step: with 64 requests verifying
     every step, 64 steps earn 4 exploring steps (one per 16), as with one
     request, on top of the 16 the first arrivals spend."""
-    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive"}, 2), 2, tracker())
+    policy = by_id({"policy": "adaptive"})
     for i in range(64):
         policy.add(f"r{i}", [THINK], None)
-    explored = sum(state.exploring for state in policy.requests.values())
+    states = policy.policy.requests.values()
+    explored = sum(state.exploring for state in states)
     for _ in range(64):
-        for state in policy.requests.values():
+        for state in states:
             policy.verified(state, 2, 1)
         policy.step()
-        explored += sum(state.exploring for state in policy.requests.values())
-    assert explored + policy.explore_left == 16 + 4  # nothing times the untimed depths: refills are spent
+        explored += sum(state.exploring for state in states)
+    assert explored + clock(policy).explore_left == 16 + 4  # nothing times the untimed depths: refills are spent
 
 
-def wakes_of(policy: Any, state: Any, steps: int, ran: Any = None) -> int:
+def wakes_of(policy: ById, state: Any, steps: int, ran: Any = None) -> int:
     """How many times `state` was looked at in `steps` steps (nothing verified)."""
     looked = 0
     for _ in range(steps):
@@ -409,10 +436,10 @@ def test_a_request_that_does_not_run_spends_nothing_and_is_seldom_looked_at() ->
     """Waiting or preempted (not in the step's output): no exploring step is
     spent on it, and it is looked at once a hold, not every step, even at
     depth 0 where a running request would be probed."""
-    explorer = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "adaptive"}, 2), 2, tracker())
+    explorer = by_id({"policy": "adaptive"})
     waiting = explorer.add("w", [THINK], None)  # untimed depths: it would explore if it ran
-    assert not waiting.exploring and explorer.explore_left == 16  # nor while it prefills
-    assert wakes_of(explorer, waiting, 160, ran=set()) <= 160 // 16 and explorer.explore_left == 16
+    assert not waiting.exploring and clock(explorer).explore_left == 16  # nor while it prefills
+    assert wakes_of(explorer, waiting, 160, ran=set()) <= 160 // 16 and clock(explorer).explore_left == 16
     shallow = adaptive(prior_acceptance=0.1)  # CPU costs: depth 0 wins
     idle = shallow.add("i", [THINK], None)
     assert idle.depth == 0
@@ -422,7 +449,7 @@ def test_a_request_that_does_not_run_spends_nothing_and_is_seldom_looked_at() ->
 def test_probes_wait_for_their_step_under_async_scheduling() -> None:
     """With async scheduling a depth takes effect two steps after it is set; a
     probe at depth 0 must still see its own verification."""
-    policy = dd.DepthPolicy(adaptive(prior_acceptance=0.1).config, 2, tracker(), lag=2)
+    policy = ById(dd.DepthPolicy(adaptive(prior_acceptance=0.1).policy.config, 2, tracker(), lag=2))
     state = policy.add("a", [THINK], None)
     scheduled = [state.depth, state.depth]  # the two steps already scheduled
     for _ in range(200):

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Trace-driven simulation of decode under each draft-depth policy, for the
-requests of a batch as the scheduler runs them.
+"""Trace-driven simulation of decode under each draft-depth policy.
+
+For the requests of a batch as the scheduler runs them.
 
 Each request decodes a reasoning section, then its answer; the batch's requests
 share a phase. Each step verifies the deepest depth any request chose (rounded up
@@ -59,26 +60,29 @@ def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], accep
     policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict(policy_config, k), k,
                             dd.PhaseTracker([[THINK]], [[END_THINK]]))
     names = [f"req{i}" for i in range(requests)]
-    for name in names:
-        policy.add(name, [TEXT, THINK] if phases[0] == "reasoning" else [TEXT, THINK, END_THINK], None)
+    prompt = [TEXT, THINK] if phases[0] == "reasoning" else [TEXT, THINK, END_THINK]
+    states = [policy.add(name, prompt, None) for name in names]
     done = {phase: [0, 0.0] for phase in phases}
     for phase in phases:
         p = conditional(acceptance[phase], k)
         while done[phase][0] < tokens[phase] * requests:
-            depth = policy.batch_depth[max(policy.depth(name) for name in names)]
+            depth = policy.batch_depth[max(state.depth for state in states)]
             policy.costs.observe(depth + 1, costs[depth], requests)
-            for name in names:
+            sampled = []
+            for _ in names:
                 accepted = 0
                 while accepted < depth and rng.random() < p:
                     accepted += 1
-                policy.on_verified(name, depth, accepted)
-                done[phase][0] += 1 + accepted
-                policy.on_tokens(name, [TEXT] * (1 + accepted))
+                sampled.append(1 + accepted)
+            done[phase][0] += sum(sampled)
+            # what the scheduler hands the strategy after a step (its text tokens hold no marker)
+            policy.strategy.learn(names, {name: [TEXT] * depth for name in names} if depth else {}, sampled,
+                                  depth or None)
             done[phase][1] += costs[depth]
-            policy.step()
+            policy.strategy.step_ended(None)
         if phase == "reasoning":
-            for name in names:
-                policy.on_tokens(name, [END_THINK])
+            for state in states:
+                policy.tokens(state, [END_THINK], [END_THINK])
     return {phase: n / s for phase, (n, s) in done.items()}
 
 

@@ -12,6 +12,7 @@ import time
 from itertools import chain
 from typing import Any
 
+from vllm.ds4x.depth_estimates import StepCosts
 from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig, PhaseTracker, RequestState
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
@@ -49,22 +50,24 @@ class DraftDepthScheduling:
     request is freed; never per request inside that loop. The step's output is
     read in one pass: one set test over all its new tokens finds markers, the
     phase counts are vLLM's own step totals less all groups but the largest,
-    the policy's state hangs on the request, and adaptive decides at the end
-    of a step for the requests due then (DepthPolicy.step), not for each."""
+    the policy's state hangs on the request, and the strategy learns from the
+    step and decides at its end for the requests due then, not for each."""
 
     def __init__(self, policy: DepthPolicy) -> None:
         self.policy = policy
-        self._adaptive = policy.config.policy == "adaptive"
+        self.strategy = policy.strategy
+        self.codec = policy.codec
         self._markers = policy.tracker.last_tokens if policy.tracker else frozenset()
         # fixed without graph_depths: every batch verifies K_max, nothing to cut
         self._cuts = any(d < policy.k_max for d in policy.batch_depth)
         self._full = policy.batch_depth.index(policy.k_max)  # the lowest choice that verifies K_max
-        self._codes = 2 * (policy.k_max + 1) ** 3  # tally codes: RequestState.slot + drafted * (K_max + 1) + accepted
         self._states = policy.requests  # by request id: the step's output is read by id
         self._lengths: list[int] = []  # of the step's sampled token lists, before vLLM trims any
+        self._marked = False  # whether a token of the step may end a marker
+        self._drafted: int | None = None  # d when every request of the step verified d drafts
         self._leaving: list[RequestState] = []  # finished in this step's output: kept until it ends
-        self._previous = 0  # requests in the last step
-        self._step_end: float | None = None
+        costs = self.strategy.step_costs
+        self._time_step = StepTimer(costs, policy.k_max).time if costs is not None else _untimed
 
     @classmethod
     def create(cls, vllm_config: Any) -> "DraftDepthScheduling | None":
@@ -96,7 +99,7 @@ class DraftDepthScheduling:
         if state is None:
             return
         if request.status == RequestStatus.FINISHED_ABORTED:
-            self.policy.forget(request.request_id)
+            self.policy.retire(state)
         else:
             self._leaving.append(state)
 
@@ -126,8 +129,12 @@ class DraftDepthScheduling:
 
     def before_output(self, runner_output: Any) -> None:
         """vLLM trims a stopping request's sampled tokens in place; what it
-        verified is counted on their lengths as sampled."""
-        self._lengths = list(map(len, runner_output.sampled_token_ids))
+        verified is counted on their lengths as sampled. One set test over all
+        the step's new tokens, while they are at hand, says whether any may end
+        a marker (those requests are read after vLLM's loop, in their own tokens)."""
+        sampled = runner_output.sampled_token_ids
+        self._lengths = list(map(len, sampled))
+        self._marked = not self._markers.isdisjoint(chain.from_iterable(sampled))
 
     def on_step_end(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any],
                     stats: SpecDecodingStats | None) -> SpecDecodingStats | None:
@@ -135,18 +142,16 @@ class DraftDepthScheduling:
         scheduler's, by id; `stats`: the step's SpecDecodingStats, None when
         not logged or nothing was verified). Returns the step's stats: vLLM's,
         or a new one when the step's only news is requests that verified
-        nothing (vllm:spec_decode_depth{depth="0"})."""
+        nothing (vllm:spec_decode_num_drafts_by_depth{depth="0"})."""
+        self._drafted = None
         if runner_output.sampled_token_ids:
             self._read_output(scheduler_output, runner_output, requests, stats)
             stats = self._count_unverified(scheduler_output, runner_output, requests, stats)
         for state in self._leaving:
-            if self._states.get(state.request_id) is state:  # not taken by a new request of the same id
-                del self._states[state.request_id]
             self.policy.retire(state)
         self._leaving.clear()
-        if self._adaptive:
-            self._time_step(scheduler_output)
-            self.policy.step(runner_output.req_id_to_index)
+        self._time_step(scheduler_output, self._drafted)
+        self.strategy.step_ended(runner_output.req_id_to_index)
         return stats
 
     def _count_unverified(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any],
@@ -179,13 +184,14 @@ class DraftDepthScheduling:
     def _read_output(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any], stats: Any) -> None:
         ids, sampled = runner_output.req_ids, runner_output.sampled_token_ids
         spec = scheduler_output.scheduled_spec_decode_tokens
-        if self._adaptive:  # each request's outcomes too
-            self._count_outcomes(ids, spec, stats)
-        elif spec and stats is not None:
-            self._tally(scheduler_output, runner_output, stats)
-        markers = self._markers
-        if markers.isdisjoint(chain.from_iterable(sampled)):  # a set test per token, the step's at once
+        self._drafted = drafted = uniform_drafts(spec, ids, stats)
+        if spec:
+            self.strategy.learn(ids, spec, self._lengths, drafted)
+            if stats is not None:
+                self._tally(scheduler_output, runner_output, stats)
+        if not self._marked:
             return
+        markers = self._markers
         for request_id, tokens in zip(ids, sampled):
             if not markers.isdisjoint(tokens) and (request := requests.get(request_id)) is not None:  # None: finished
                 self.policy.tokens(request.ds4x_depth_state, tokens, request.all_token_ids)
@@ -196,73 +202,100 @@ class DraftDepthScheduling:
         (same phase and chosen depth) but the largest, read one by one. A step
         whose largest group did not verify one depth throughout (n-gram drafted
         fewer), or had drafts the grammar refused, is read request by request."""
-        spec, index, lengths = scheduler_output.scheduled_spec_decode_tokens, runner_output.req_id_to_index, self._lengths
-        groups, counts = self.policy.groups, [0] * self._codes
+        spec, groups = scheduler_output.scheduled_spec_decode_tokens, self.policy.groups
         if not groups:  # every request aborted while the step ran
             return
-        largest = max(groups, key=lambda slot: len(groups[slot]))
-        k1, drafts_of, index_of = self.policy.k_max + 1, spec.get, index.get
+        # drafts, accepted tokens, and drafts that reached each position: vLLM's, less all groups' but the largest
+        drafts, accepted, reached = stats.num_drafts, stats.num_accepted_tokens, stats.num_draft_tokens_per_pos
+        others: dict[int, int] = {}
+        if len(groups) > 1:
+            largest = max(groups, key=lambda slot: len(groups[slot]))
+            others = self._others(groups, largest, spec, runner_output.req_id_to_index)
+            reached = list(reached)
+            for _, _, drafted, count, accepted_all in self.codec.tallies(others):
+                drafts, accepted = drafts - count, accepted - accepted_all
+                for position in range(drafted):
+                    reached[position] -= count
+        else:
+            (largest,) = groups
+        depth = even_depth(reached, drafts)
+        if scheduler_output.num_invalid_spec_tokens or depth is None:
+            return self._tally_each(runner_output.req_ids, spec, stats)  # the largest group drafted unevenly
+        if stats.ds4x is None:
+            stats.ds4x = DepthStats()
+        if others:
+            self._observe(stats, others)
+        if drafts:
+            phase, chosen, _, _ = self.codec.unpack(largest)
+            stats.ds4x.observe(phase, chosen, depth, drafts, accepted)
+
+    def _others(self, groups: dict[int, set[RequestState]], largest: int, spec: dict[str, list[int]],
+                index: dict[str, int]) -> dict[int, int]:
+        """The tallies of every group but the largest, read request by request."""
+        counts: dict[int, int] = {}
+        lengths, sampled_base, drafts_of, index_of = self._lengths, self.codec.sampled_base, spec.get, index.get
         for slot, group in groups.items():
             if slot != largest:
                 for state in group:
                     mine, i = drafts_of(state.request_id), index_of(state.request_id)
                     if mine and i is not None and lengths[i]:
-                        counts[slot + len(mine) * k1 + lengths[i] - 1] += 1
-        drafts, tokens, accepted = stats.num_drafts, stats.num_draft_tokens, stats.num_accepted_tokens
-        for code, count in enumerate(counts):  # what is left is the largest group's
-            if count:
-                _, _, drafted, accepted_each = self.policy.unpack_tally(code)
-                drafts, tokens, accepted = drafts - count, tokens - drafted * count, accepted - accepted_each * count
-        depth = max(map(len, spec.values()))
-        if scheduler_output.num_invalid_spec_tokens or drafts < 0 or tokens != drafts * depth:
-            return self._tally_each(runner_output.req_ids, spec, stats)
-        self._observe(stats, counts)
-        if drafts:
-            phase, chosen, _, _ = self.policy.unpack_tally(largest)
-            stats.ds4x.observe(phase, chosen, depth, drafts, accepted)
-
-    def _count_outcomes(self, ids: list[str], spec: dict[str, list[int]], stats: Any) -> None:
-        """adaptive: _tally_each, without looking up each request's drafts when
-        every request of the step has drafts, all of one length."""
-        if spec and len(spec) == len(ids) and (depth := max(map(len, spec.values()))) == min(map(len, spec.values())):
-            counts, base = [0] * self._codes, depth * (self.policy.k_max + 1) - 1  # code = base + sampled
-            for state, length in zip(map(self._states.get, ids), self._lengths):
-                if length and state is not None:  # None: aborted while it ran
-                    code = base + length
-                    counts[state.slot + code] += 1
-                    state.outcomes[code] += 1
-            return self._observe(stats, counts)
-        self._tally_each(ids, spec, stats)
+                        code = slot + sampled_base(len(mine)) + lengths[i]
+                        counts[code] = counts.get(code, 0) + 1
+        return counts
 
     def _tally_each(self, ids: list[str], spec: dict[str, list[int]], stats: Any) -> None:
-        """Read request by request: the step's counts by phase and chosen depth,
-        and under adaptive each verification into its request's outcomes (as
-        DepthPolicy.verified counts them)."""
-        counts = [0] * self._codes
-        k1, adaptive = self.policy.k_max + 1, self._adaptive
+        """Read request by request: the step's counts by phase and chosen depth."""
+        counts = [0] * self.codec.size
+        sampled_base = self.codec.sampled_base
         for state, drafts, length in zip(map(self._states.get, ids), map(spec.get, ids), self._lengths):
             if drafts and length and state is not None:  # None: aborted while it ran
-                code = len(drafts) * k1 + length - 1
-                counts[state.slot + code] += 1
-                if adaptive:
-                    state.outcomes[code] += 1
+                counts[state.slot + sampled_base(len(drafts)) + length] += 1
         self._observe(stats, counts)
 
-    def _observe(self, stats: Any, counts: list[int]) -> None:
-        if stats is None:
-            return
+    def _observe(self, stats: Any, counts: list[int] | dict[int, int]) -> None:
         if stats.ds4x is None:
             stats.ds4x = DepthStats()
-        for code, count in enumerate(counts):
-            if count:
-                phase, chosen, drafted, accepted = self.policy.unpack_tally(code)
-                stats.ds4x.observe(phase, chosen, drafted, count, accepted * count)
+        for phase, chosen, drafted, count, accepted in self.codec.tallies(counts):
+            stats.ds4x.observe(phase, chosen, drafted, count, accepted)
 
-    def _time_step(self, scheduler_output: Any) -> None:
-        """Live step cost: wall time since the previous step ended, credited to
-        this step when it was a pure decode batch of one verify length and ran
-        the same requests as the one before: as many, none new or resumed
-        (no idle gap, no admission)."""
+
+def uniform_drafts(spec: dict[str, list[int]], ids: list[str], stats: Any) -> int | None:
+    """d when every request of the step verified d >= 1 drafts, else None: from
+    vLLM's drafts per position when its stats counted every drafted request (all
+    reached position d - 1, none position d), else from the drafts themselves."""
+    if not spec or len(spec) != len(ids):
+        return None
+    if stats is not None and stats.num_drafts == len(spec):
+        return even_depth(stats.num_draft_tokens_per_pos, stats.num_drafts) or None
+    depth = max(map(len, spec.values()))
+    return depth if depth == min(map(len, spec.values())) else None
+
+
+def even_depth(reached: list[int], drafts: int) -> int | None:
+    """d when `drafts` drafts that reached each position as counted in `reached`
+    all had d (0 when there are none), else None."""
+    depth = len(reached) - reached.count(0)
+    return depth if drafts >= 0 and reached == [drafts] * depth + [0] * (len(reached) - depth) else None
+
+
+def _untimed(scheduler_output: Any, drafted: int | None) -> None:
+    """A strategy that decides on no step costs: nothing to time."""
+
+
+class StepTimer:
+    """Live step cost, into the engine-wide StepCosts: wall time since the previous
+    step ended, credited to this step when it was a pure decode batch of one
+    verify length and ran the same requests as the one before: as many, none new
+    or resumed (no idle gap, no admission)."""
+
+    def __init__(self, costs: StepCosts, k_max: int) -> None:
+        self.costs, self.k_max = costs, k_max
+        self._previous = 0  # requests in the last step
+        self._step_end: float | None = None
+
+    def time(self, scheduler_output: Any, drafted: int | None) -> None:
+        """`drafted`: d when every request of the step verified d drafts (then each
+        was scheduled 1 + d tokens, unless it was no decode: checked on the total)."""
         now = time.perf_counter()
         scheduled = scheduler_output.num_scheduled_tokens
         previous, self._previous = self._previous, len(scheduled)
@@ -270,9 +303,11 @@ class DraftDepthScheduling:
         if (step_end is None or not scheduled or len(scheduled) != previous or scheduler_output.scheduled_new_reqs
                 or scheduler_output.scheduled_cached_reqs.resumed_req_ids):
             return
-        tokens = max(scheduled.values())
-        if tokens <= self.policy.k_max + 1 and tokens * len(scheduled) == scheduler_output.total_num_scheduled_tokens:
-            self.policy.costs.observe(tokens, now - step_end, len(scheduled))  # one length: the total is the longest times the count
+        total = scheduler_output.total_num_scheduled_tokens
+        # the longest: 1 + d when all drafted d, 1 when the total is one a request (none has fewer)
+        tokens = 1 + drafted if drafted is not None else 1 if total == len(scheduled) else max(scheduled.values())
+        if tokens <= self.k_max + 1 and tokens * len(scheduled) == total:
+            self.costs.observe(tokens, now - step_end, len(scheduled))  # one length: the total is the longest times the count
 
 
 def validate_request(params: Any, speculative_config: Any) -> None:

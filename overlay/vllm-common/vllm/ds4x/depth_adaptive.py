@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""The adaptive draft-depth strategy: each request's depth with the most tokens per second.
+
+Per request and phase, from its acceptance estimate and the engine's step
+costs, with hysteresis; decisions are due on the DecisionClock.
+
+A request's verifications are counted in its outcome table as they come (one
+increment a step), and go into its estimate only when it next decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from .depth_clock import DecisionClock
+from .depth_estimates import SeedAcceptance, StepCosts, best_depth
+from .depth_request import RequestState, SetDepth
+from .depth_tally import TallyCodec
+
+if TYPE_CHECKING:
+    from .draft_depth import DraftDepthConfig
+
+
+class Adaptive:
+    """One per scheduler; the requests' own estimates hang on their RequestState."""
+
+    def __init__(self, config: DraftDepthConfig, k_max: int, *, batch_depth: Sequence[int], set_depth: SetDepth,
+                 requests: Mapping[str, RequestState], costs: StepCosts, seeds: SeedAcceptance, lag: int) -> None:
+        """lag: steps from a decision to the first step it schedules (2 under
+        async scheduling: vLLM schedules a step before it reads the last one)."""
+        self.hysteresis, self.lag = config.hysteresis, lag
+        self.codec = TallyCodec(k_max)
+        # it chooses among depths a batch really verifies (each has its graph)
+        self.choices = [d for d in range(config.min_depth, k_max + 1) if batch_depth[d] == d]
+        self.set_depth, self.requests, self.costs, self.seeds = set_depth, requests, costs, seeds
+        self.step_costs: StepCosts | None = costs  # timed live by the scheduler
+        self.clock = DecisionClock(config.hold_steps, config.explore_steps, config.probe_interval)
+        # the outcome tables of the latest step's requests, in its order: a step like the one
+        # before (same ids, no arrival or departure since) is counted without a lookup by id
+        self._ids: list[str] = []
+        self._tables: list[list[int]] = []
+        self._changes, self._cached = 0, -1
+        self._untimed: tuple[list[int] | None, list[int]] = (None, [])  # (StepCosts.unmeasured(), of choices)
+
+    def start(self, state: RequestState, running: int) -> None:
+        state.acceptance = self.seeds.for_new_request()
+        state.outcomes = [0] * self.codec.outcomes
+        self._changes += 1
+        # no exploring while it prefills; arrivals spread their decisions over a hold
+        self._settle(state, force=True, explore=False, first=self.clock.arrival(running))
+
+    def phase_changed(self, state: RequestState, left: str) -> None:
+        self._apply(state, left)  # what it verified belongs to the phase it left
+        state.exploring = state.probing = False
+        self._settle(state, force=True)
+
+    def retire(self, state: RequestState) -> None:
+        """Its estimates move the engine-wide seeds for the next requests."""
+        self._changes += 1
+        self._apply(state, state.phase)
+        self.seeds.absorb(state.acceptance)
+
+    def learn(self, ids: Sequence[str], spec: Mapping[str, Sequence[int]], sampled: Sequence[int],
+              drafted: int | None) -> None:
+        """Each verification into its request's outcome table. A step where every
+        request verified `drafted` drafts needs no lookup per request."""
+        if drafted:
+            base = self.codec.sampled_base(drafted)
+            for table, n in zip(self._tables_of(ids), sampled):
+                if n:  # 0: nothing sampled (aborted while it ran)
+                    table[base + n] += 1
+            return
+        sampled_base = self.codec.sampled_base
+        for state, drafts, n in zip(map(self.requests.get, ids), map(spec.get, ids), sampled):
+            if drafts and n and state is not None:  # None: aborted while it ran
+                state.outcomes[sampled_base(len(drafts)) + n] += 1
+
+    def _tables_of(self, ids: Sequence[str]) -> list[list[int]]:
+        if self._cached != self._changes or ids != self._ids:
+            spare = [0] * self.codec.outcomes  # an id without a request: counted nowhere
+            self._ids = list(ids)
+            self._tables = [spare if (state := self.requests.get(i)) is None else state.outcomes for i in ids]
+            self._cached = self._changes
+        return self._tables
+
+    def step_ended(self, ran: Container[str] | None) -> None:
+        """The requests due decide: after a hold, the step after an exploring one,
+        a probe's step after it was set, and at depth 0 when a probe is due."""
+        for state in self.clock.tick():
+            self._wake(state, ran is None or state.request_id in ran)
+
+    def _wake(self, state: RequestState, ran: bool) -> None:
+        tried = state.probing or state.exploring  # a depth it did not choose, for one step
+        if not ran:  # waiting or preempted: nothing learned
+            if not tried:
+                return self.clock.wake_in(state, state.hold or self.clock.hold)
+            if state.exploring:
+                self.clock.give_back()  # the step it did not take is given back
+            state.exploring = state.probing = False
+            return self._settle(state, force=True, explore=False)
+        state.exploring = state.probing = False
+        if state.depth == 0 and not tried and not any(state.outcomes):
+            state.probing = True  # at depth 0 nothing is verified: one step verifies one draft
+            self.set_depth(state, 1)
+            return self.clock.wake_in(state, self.lag)
+        self._apply(state, state.phase)
+        self._settle(state, force=tried)
+
+    def _settle(self, state: RequestState, force: bool, explore: bool = True, first: int = 0) -> None:
+        """Decide, and when to decide next: after one step at an untimed depth,
+        after a probe's wait at depth 0, else after a hold (`first`: a new request's)."""
+        previous = state.depth
+        self.set_depth(state, self._decide(state, force, explore))
+        if state.override is not None:
+            return
+        clock = self.clock
+        if state.exploring:
+            return clock.wake_in(state, 1)
+        if state.depth == 0:
+            return clock.wake_in(state, first or clock.probe_wait(self.costs.relative()))
+        hold = clock.held(state, kept=state.depth == previous and not force)
+        clock.wake_in(state, first or hold)
+
+    def _decide(self, state: RequestState, force: bool, explore: bool) -> int:
+        if state.override is not None:
+            return state.override
+        if explore and self.clock.explore_left > 0 and (untimed := self._untimed_choices()):
+            self.clock.spend_exploring_step()  # one step at an untimed depth, to time it
+            state.exploring = True
+            return untimed[0]
+        best, rates = best_depth(state.acceptance[state.phase].estimate(), self.costs.relative(), self.choices)
+        if not force and rates[best] <= rates[state.depth] * (1 + self.hysteresis):
+            return state.depth
+        return best
+
+    def _untimed_choices(self) -> list[int]:
+        """Depths it may choose whose step cost is untimed or stale at this batch size
+        (kept while StepCosts keeps its answer)."""
+        unmeasured = self.costs.unmeasured()
+        if self._untimed[0] is not unmeasured:
+            self._untimed = (unmeasured, [t - 1 for t in unmeasured if t - 1 in self.choices])
+        return self._untimed[1]
+
+    def _apply(self, state: RequestState, phase: str) -> None:
+        """Its verifications since the last into its estimate of `phase`."""
+        if any(state.outcomes):
+            state.acceptance[phase].observe_outcomes(state.outcomes)

@@ -1,0 +1,199 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""The estimates adaptive draft depth decides on, per request and engine-wide.
+
+Acceptance per draft position (per request, and the engine-wide seeds that
+start new requests), step cost by tokens verified (engine-wide, per batch
+size), and the expected tokens per second of each depth."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .depth_tally import reach
+from .phase_tracker import PHASES
+
+PRIOR_SAMPLES = 4  # what a starting acceptance estimate weighs, in observations
+SEED_PULL = 0.25  # how far a finished request moves the engine-wide seed toward its own estimate
+
+
+def expected_tokens_by_depth(acceptance: Sequence[float], depth: int) -> list[float]:
+    """For each depth 0..`depth`: 1 (the bonus token) + the expected accepted
+    prefix of that many drafts, with conditional acceptance per position."""
+    totals, total, survive = [1.0], 1.0, 1.0
+    for p in acceptance[:depth]:
+        survive *= p
+        total += survive
+        totals.append(total)
+    return totals
+
+
+def expected_tokens(acceptance: Sequence[float], depth: int) -> float:
+    return expected_tokens_by_depth(acceptance, depth)[-1]
+
+
+def best_depth(acceptance: Sequence[float], costs: Sequence[float],
+               candidates: Sequence[int]) -> tuple[int, list[float]]:
+    """The depth with most expected tokens per unit of step cost (the shallower
+    on a tie; candidates ascending), and the rate of every depth."""
+    rates = [tokens / cost for tokens, cost in zip(expected_tokens_by_depth(acceptance, len(costs) - 1), costs)]
+    best = candidates[0]  # no max(key=): decisions are frequent
+    for depth in candidates:
+        if rates[depth] > rates[best]:
+            best = depth
+    return best, rates
+
+
+@dataclass(slots=True)
+class Acceptance:
+    """Conditional acceptance per draft position, smoothed. A position that is
+    not being verified (the request runs shallower) fades toward the one
+    before it, so deeper depths are judged on current evidence."""
+
+    rates: list[float]
+    smoothing: float
+    weights: list[float] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    """observations per position: until 1/smoothing, a running mean (the starting
+    rate counting as PRIOR_SAMPLES), so that a new estimate learns at once"""
+
+    def observe_outcomes(self, outcomes: list[int]) -> None:
+        """A batch of verifications, counted in `outcomes` by outcome code
+        (TallyCodec.outcome; each then reset to 0), in one pass: each verification
+        moves the rate of every position it observed (up to the first rejection) by
+        ``smoothing`` toward accepted or not, and fades the weight of the
+        positions it did not reach; the order within the batch is not kept."""
+        k = len(self.rates)
+        # verifications that saw exactly r positions (up to the first rejection) / accepted exactly a
+        saw, took = [0] * (k + 1), [0] * (k + 1)
+        for code, reached, accepted in reach(k):
+            n = outcomes[code]
+            if n:
+                saw[reached] += n
+                took[accepted] += n
+                outcomes[code] = 0
+        if not self.weights:
+            self.weights, self.counts = [1.0] * k, [0] * k
+        smoothing = self.smoothing
+        keep = 1.0 - smoothing
+        rates, weights, counts = self.rates, self.weights, self.counts
+        total, seen, hits = sum(saw), 0, 0
+        for position in range(k - 1, -1, -1):  # from the deepest: seen/hits count those that got past it
+            seen += saw[position + 1]
+            hits += took[position + 1]
+            if seen:
+                decay = keep**seen
+                prior = PRIOR_SAMPLES + counts[position]
+                if prior * smoothing < 1:  # warming up: a mean over what it has seen
+                    rates[position] = (rates[position] * prior + hits) / (prior + seen)
+                else:
+                    rates[position] += (1.0 - decay) * (hits / seen - rates[position])
+                counts[position] += seen
+                weights[position] = 1.0 - (1.0 - weights[position]) * decay
+            if total > seen:
+                weights[position] *= keep ** (total - seen)
+
+    def estimate(self) -> list[float]:
+        rates, weights = self.rates, self.weights
+        if not weights:
+            return list(rates)
+        last = rates[0]
+        out = [last]
+        for position in range(1, len(rates)):
+            weight = weights[position]
+            last = weight * rates[position] + (1 - weight) * last
+            out.append(last)
+        return out
+
+
+class SeedAcceptance:
+    """Engine-wide acceptance per phase: each finished request moves it, and it
+    starts the estimates of the next ones."""
+
+    def __init__(self, prior: float, k_max: int, smoothing: float) -> None:
+        self.smoothing = smoothing
+        self.by_phase = {phase: Acceptance([prior] * k_max, smoothing) for phase in PHASES}
+
+    def for_new_request(self) -> dict[str, Acceptance]:
+        return {phase: Acceptance(seed.estimate(), self.smoothing) for phase, seed in self.by_phase.items()}
+
+    def absorb(self, acceptance: dict[str, Acceptance]) -> None:
+        """A finished request's estimates, each weighed by how much it observed."""
+        full = 1 / self.smoothing  # observations that make an estimate count in full
+        for phase, seed in self.by_phase.items():
+            mine = acceptance[phase]
+            seen = mine.counts or [0] * len(mine.rates)
+            seed.rates = [s + SEED_PULL * min(1.0, n / full) * (m - s) for s, m, n in zip(seed.rates, mine.rates, seen)]
+
+
+@dataclass
+class StepCosts:
+    """Seconds per step by tokens verified per request (1..K_max+1), for the batch
+    size running now: the prior from the config until live timings arrive, then
+    the median of the latest timings (robust to a stray slow step). Timings are
+    kept per batch size, because a step's cost is the batch's tokens, not one
+    request's: on the H200 benchmark, depth 0 timed with two requests made depth 1
+    look cheaper with one. A batch size with no timings of its own borrows the
+    nearest timed one's; a length not timed lately is stale. The scheduler times
+    every step: a timing recomputes only its own median, and the answers only
+    when a median, the batch size or a staleness changed."""
+
+    prior: list[float]
+    window: int = 15
+    min_samples: int = 3
+    stale_after: int = 512
+    samples: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    """(requests, tokens per request): the latest timings"""
+    last_seen: dict[tuple[int, int], int] = field(default_factory=dict)
+    clock: int = 0
+    batch: int = 1
+    """the requests of the latest timed step: the batch the answers are for"""
+    medians: dict[int, dict[int, float]] = field(default_factory=dict)
+    """requests -> tokens -> the median of its latest timings, once it has min_samples"""
+    _relative: list[float] | None = None
+    _unmeasured: list[int] | None = None
+    _fresh_until: int = 0
+    """the clock up to which no timed length of the current batch goes stale"""
+
+    def observe(self, tokens: int, seconds: float, requests: int = 1) -> None:
+        key = (requests, tokens)
+        kept = self.samples.setdefault(key, [])
+        kept.append(seconds)
+        del kept[: -self.window]
+        self.clock += 1
+        self.last_seen[key] = self.clock
+        if len(kept) >= self.min_samples:
+            median, timed = sorted(kept)[len(kept) // 2], self.medians.setdefault(requests, {})
+            if timed.get(tokens) != median:
+                timed[tokens] = median
+                self._relative = None
+        if requests != self.batch:
+            self.batch = requests
+            self._relative = self._unmeasured = None
+        elif self._unmeasured is not None and (tokens in self._unmeasured or self.clock > self._fresh_until):
+            self._unmeasured = None
+
+    def seen(self, requests: int) -> dict[int, float]:
+        return dict(self.medians.get(requests, {}))
+
+    def relative(self) -> list[float]:
+        """Cost of 1..K_max+1 tokens at the current batch (or the nearest timed
+        one); untimed entries scaled from the prior."""
+        if self._relative is None:
+            timed = self.medians
+            seen = timed[min(timed, key=lambda n: (abs(n - self.batch), n))] if timed else {}
+            scale = sum(seen[t] / self.prior[t - 1] for t in seen) / len(seen) if seen else 1.0
+            self._relative = [seen.get(t, self.prior[t - 1] * scale) for t in range(1, len(self.prior) + 1)]
+        return self._relative
+
+    def unmeasured(self) -> list[int]:
+        """Lengths with too few timings at the current batch, or none lately."""
+        if self._unmeasured is None:
+            timed = self.medians.get(self.batch, {})
+            last = {t: self.last_seen[(self.batch, t)] for t in timed}
+            self._unmeasured = [t for t in range(1, len(self.prior) + 1)
+                                if t not in last or self.clock - last[t] > self.stale_after]
+            self._fresh_until = min((s + self.stale_after for s in last.values() if self.clock - s <= self.stale_after),
+                                    default=self.clock + self.stale_after)
+        return self._unmeasured
