@@ -25,11 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ds4x.overlay import load_module
 
 sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")

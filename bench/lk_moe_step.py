@@ -20,13 +20,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import depth_sim
 
 LAYERS, EXPERTS, TOP_K, HIDDEN, INTER = 43, 256, 6, 2048, 1024
@@ -35,7 +32,7 @@ LAYERS, EXPERTS, TOP_K, HIDDEN, INTER = 43, 256, 6, 2048, 1024
 def engine():
     import lk_moe
 
-    from tests.kernels.lk_moe_check import config
+    from engine.lk_moe_check import config
 
     cfg = config(EXPERTS, TOP_K, HIDDEN, INTER, max_tokens=64)
     w13 = (torch.randn(EXPERTS, 2 * INTER, HIDDEN) / HIDDEN**0.5).bfloat16()

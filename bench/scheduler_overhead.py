@@ -18,15 +18,13 @@ MODEL_DIR: any model directory with a tokenizer (tests/engine/tiny_model.py make
 import argparse
 import gc
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "engine"))
-from scheduler_check import END_THINK, THINK, output, request, scheduler
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import init_none_hash
 from vllm.v1.outputs import DraftTokenIds
+
+from engine.scheduler_check import END_THINK, THINK, output, request, scheduler
 
 
 def step_times(model: str, policy: str | None, requests: int, steps: int, answering: float) -> list[float]:
