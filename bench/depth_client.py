@@ -6,7 +6,7 @@ Streams an agentic-coding style chat request, splits the stream into reasoning
 phase, and reads acceptance and draft depth by phase from the server's
 /metrics (ds4x counters; vLLM's own totals where those are absent).
 
-    python bench/depth_client.py --base-url http://127.0.0.1:8000/v1 --model NAME
+    python -m bench.depth_client --base-url http://127.0.0.1:8000/v1 --model NAME
 
 Standard library only, so it runs beside any deployment.
 """

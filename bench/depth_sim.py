@@ -17,19 +17,17 @@ The simulation is the overlay's own (vllm/ds4x/depth_sim.py: the real DepthPolic
 adaptive learning step costs from the simulated timings as the engine does live), as
 `measure` runs it on a machine's own curve.
 
-    python bench/depth_sim.py [--profile FILE] [--reasoning-tokens 3000 --answer-tokens 800 --seeds 20]
+    python -m bench.depth_sim [--profile FILE] [--reasoning-tokens 3000 --answer-tokens 800 --seeds 20]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ds4x.overlay import load_module
 
 sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")

@@ -17,7 +17,7 @@ between any two cells of a phase (or from no speculation), an eager decode step,
 _cpu_prefill in decode, or acceptance off the set figure. Targets missed are
 reported, not failed: they are the measurement.
 
-    python bench/e2e_decode.py RESDIR [--seeds 20]
+    python -m bench.e2e_decode RESDIR [--seeds 20]
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from ds4x.overlay import load_module
 
 sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")

@@ -14,7 +14,7 @@ per expert (12.6 MB) equal one FP4 expert of hidden 4096 / intermediate 2048, so
 traffic per expert matches. One layer (3.2 GiB) is called 43 times a step with fresh
 random routing each call, so experts come from DRAM as they would across 43 layers.
 
-Needs a CUDA GPU, torch and lk_moe (cp312). Usage: python bench/lk_moe_step.py [--steps 20] [--gpu-ms MS]
+Needs a CUDA GPU, torch and lk_moe (cp312). Usage: python -m bench.lk_moe_step [--steps 20] [--gpu-ms MS]
 [--profile FILE]
 """
 
@@ -23,13 +23,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import depth_sim
 
 LAYERS, EXPERTS, TOP_K, HIDDEN, INTER = 43, 256, 6, 2048, 1024
@@ -38,7 +36,7 @@ LAYERS, EXPERTS, TOP_K, HIDDEN, INTER = 43, 256, 6, 2048, 1024
 def engine():
     import lk_moe
 
-    from tests.kernels.lk_moe_check import config
+    from engine.lk_moe_check import config
 
     cfg = config(EXPERTS, TOP_K, HIDDEN, INTER, max_tokens=64)
     w13 = (torch.randn(EXPERTS, 2 * INTER, HIDDEN) / HIDDEN**0.5).bfloat16()

@@ -5,7 +5,7 @@ the same wheel, `pip wheel --no-deps` of the same patched tree), in one run.
 Then, given a git URL or path of a complete mirror of the fork, bytes moved by
 the shallow blob-filtered fetch against the repository's full pack.
 
-    python bench/rebuild.py [--fork-mirror file:///srv/git/Lvllmds4-x.git]
+    python -m bench.rebuild [--fork-mirror file:///srv/git/Lvllmds4-x.git]
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from ds4x import gitops, pins, sources
+from ds4x.cli import main as ds4x
+from ds4x.workspace import Layout, patched_tree
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from ds4x import gitops, pins, sources  # noqa: E402
-from ds4x.cli import main as ds4x  # noqa: E402
-from ds4x.workspace import Layout, patched_tree  # noqa: E402
 
 
 def timed(label: str, func) -> float:

@@ -25,25 +25,23 @@ Adaptive reaches its steady decision pace after about 112 steps (it reviews a
 steady choice every 16, 32, then 64 steps): keep --steps at 200.
 
 Run with the Python of a venv that has our vLLM wheel:
-    ENGINE_PYTHON bench/scheduler_overhead.py MODEL_DIR [--requests 16 256 1024] [--answering 0.0 0.25]
+    ENGINE_PYTHON -m bench.scheduler_overhead MODEL_DIR [--requests 16 256 1024] [--answering 0.0 0.25]
         [--rounds 11] [--steps 200] [--hook-timing] [--no-cuts]
-MODEL_DIR: any model directory with a tokenizer (tests/engine/tiny_model.py makes one).
+MODEL_DIR: any model directory with a tokenizer (engine/tiny_model.py makes one).
 """
 
 import argparse
 import gc
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "engine"))
-from scheduler_check import END_THINK, THINK, K, output, request, scheduler
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import init_none_hash
 from vllm.v1.outputs import DraftTokenIds
+
+from engine.scheduler_check import END_THINK, THINK, K, output, request, scheduler
 
 WARM_UP = 20  # steps left out of every run: admission, first decisions
 GRAPHS = list(range(K + 1))

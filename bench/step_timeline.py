@@ -10,7 +10,7 @@ A step runs from one replay of the target's decode graph to the next. Of that:
   stream was idle, i.e. hidden behind the CPU experts;
 - outside the graph: the drafter, sampling, the scheduler and the handoffs.
 
-Usage: step_timeline.py RESDIR   (exit 1 when a trace is missing, unreadable or has no replay)
+Usage: python -m bench.step_timeline RESDIR   (exit 1 when a trace is missing, unreadable or has no replay)
 """
 
 import gzip

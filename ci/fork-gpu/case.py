@@ -19,11 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from drafts import DraftFilter
 from harness import EAGER, ENGINE, GRAPHS, LK_MOE, TARGET, Counters, spec_metrics
 
-from tests.engine.policies import POLICIES
+from engine.policies import POLICIES
 
 CASE, OUTDIR, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
 KIND, MODE, *RUNNER = CASE.split("-")

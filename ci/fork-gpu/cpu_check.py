@@ -3,8 +3,9 @@ prepared tree (setup.sh's layout) with the CUDA platform forced, and take each c
 arguments through vLLM's own LLM.__init__ up to the engine. NVML and the device queries made at
 import answer as an H200 would; nothing runs on a device.
 
-Usage (a Python with torch, e.g. the CPU engine venv; ci/fork-gpu on the path for case.py):
-  PYTHONPATH=FORK:FSITE:SITE DS4X_GPU_TARGET=vllm python ci/fork-gpu/cpu_check.py MODELROOT [CASES...]
+Usage, from the checkout root (a Python with torch, e.g. the CPU engine venv; the checkout last on
+PYTHONPATH for the engine package, as setup.sh puts it):
+  PYTHONPATH=FORK:FSITE:SITE:$PWD DS4X_GPU_TARGET=vllm python ci/fork-gpu/cpu_check.py MODELROOT [CASES...]
 MODELROOT: tiny_models.py's output. Exit 1 if any import or case fails."""
 
 import importlib
@@ -109,7 +110,6 @@ def check_case(case: str, root: str) -> int:
 
 
 def main(root: str, cases: list[str]) -> int:
-    sys.path.insert(0, str(HERE))
     force_cuda_platform()
     import vllm
 

@@ -30,7 +30,6 @@ import time
 from itertools import count, pairwise
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from drafts import DraftFilter
 from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, VOCAB, install_loader
 from harness import ENGINE, GRAPHS, Counters, spec_metrics

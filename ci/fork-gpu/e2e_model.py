@@ -25,10 +25,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 THINK, END_THINK = 1, 2
-VOCAB = 384  # tests/engine/tiny_model.py's tokenizer
+VOCAB = 384  # engine/tiny_model.py's tokenizer
 REASONING_CYCLE = list(range(10, 190))
 ANSWER_CYCLE = list(range(190, 370))
 CYCLES = {"reasoning": tuple(REASONING_CYCLE), "answer": tuple(ANSWER_CYCLE)}
@@ -47,7 +45,7 @@ def successor() -> list[int]:
 
 
 def write(dest: Path, layers: int) -> None:
-    from tests.engine.tiny_model import tokenizer
+    from engine.tiny_model import tokenizer
 
     target, eagle = dest / "target", dest / "eagle"
     tok = tokenizer(target)

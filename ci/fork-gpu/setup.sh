@@ -2,7 +2,8 @@
 # lvllmds4-x: the fork, carried as .fork and .whl2; vllm: upstream vLLM 0.32.0 patched by our
 # series, carried as .upstream, see make_carry.sh): the carried wheels into /tmp/site, the patched
 # vllm/ into /tmp/fork with its stand-ins (prepare_fork.py) and dist-info in /tmp/fsite, and
-# PYTHONPATH over all three.
+# PYTHONPATH over all three, then the checkout (the caller's working directory, its root) for the
+# engine helpers (engine/) and bench/ that the harness's scripts import.
 TARGET=${TARGET:-lvllmds4-x}
 case $TARGET in
   lvllmds4-x) TREE=.fork/vllm.tgz WHEELS=.whl2 ;;
@@ -12,5 +13,5 @@ esac
 rm -rf /tmp/site /tmp/fork /tmp/fsite && mkdir -p /tmp/fork
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $WHEELS/*.whl || exit 1
 tar xzf $TREE -C /tmp/fork && python3 ci/fork-gpu/prepare_fork.py /tmp/fork /tmp/fsite $TARGET || exit 1
-export PYTHONPATH=/tmp/fork:/tmp/fsite:/tmp/site LVLLM_ENABLE_NUMA_INTERLEAVE=0 DS4X_GPU_TARGET=$TARGET
+export PYTHONPATH=/tmp/fork:/tmp/fsite:/tmp/site:$PWD LVLLM_ENABLE_NUMA_INTERLEAVE=0 DS4X_GPU_TARGET=$TARGET
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'

@@ -3,7 +3,7 @@
 Targets: bf16 Qwen2 (dense), Qwen2-MoE (8 experts, top-2, shared expert) and Qwen3
 (dflash: DFlash drafts for Qwen3 targets only) with init std 0.02, whose greedy output
 falls into a loop, and the byte-level BPE tokenizer of
-tests/engine/tiny_model.py (<think>=1, </think>=2 for the deepseek_r1 reasoning parser).
+engine/tiny_model.py (<think>=1, </think>=2 for the deepseek_r1 reasoning parser).
 Heads mostly draft "repeat the input token" (fc = [I | 1e-4 noise], tiny o/down
 projections, embeddings and lm_head shared from the target), so on a loop target most
 drafts are accepted and each request has K drafts every step. The DFlash draft (DSpark's
@@ -27,8 +27,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.engine.tiny_model import tokenizer
+from engine.tiny_model import tokenizer
 
 
 def target(dest: Path, kind: str) -> None:

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.gpu
-CHECK = Path(__file__).resolve().parents[1] / "kernels" / "lk_moe_check.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_cpu_decode_on_a_cuda_stream_matches_gpu_reference() -> None:
     pytest.importorskip("lk_moe", reason="ci/gpu installs the carried lk_moe wheel")
-    done = subprocess.run([sys.executable, CHECK, "gpu"], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-m", "engine.lk_moe_check", "gpu"], capture_output=True, text=True,
+                          check=True, cwd=ROOT)
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(results) == 8
     for r in results:

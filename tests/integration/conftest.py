@@ -111,32 +111,32 @@ def engine_python(vllm_wheel: Path, settings: sources.Settings, repo_pins: pins.
 @pytest.fixture(scope="session")
 def tiny_model(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("tiny-model")
-    subprocess.run([engine_python, ROOT / "tests/engine/tiny_model.py", dest], check=True, capture_output=True)
+    subprocess.run([engine_python, "-m", "engine.tiny_model", dest], check=True, capture_output=True, cwd=ROOT)
     return dest
 
 
 @pytest.fixture(scope="session")
 def engine_checks(engine_python: Path, tiny_model: Path) -> dict[str, Any]:
-    """tests/engine/checks.py on our vLLM wheel: scheduler and graph tables, e2e runs."""
-    return engine_json(engine_python, "checks.py", tiny_model, "--e2e", timeout=1800)
+    """engine.checks on our vLLM wheel: scheduler and graph tables, e2e runs."""
+    return engine_json(engine_python, "checks", tiny_model, "--e2e", timeout=1800)
 
 
-def engine_json(python: Path, script: str, *args: object, timeout: int = 900, env: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run a tests/engine script in the engine venv; its last stdout line is JSON.
+def engine_json(python: Path, module: str, *args: object, timeout: int = 900, env: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run `python -m engine.MODULE` from the checkout root in the engine venv; its last stdout line is JSON.
 
     The script runs in a session of its own: on timeout the whole group goes,
     EngineCore children included (they hold the pipes, so killing only the
     script would leave communicate() waiting forever)."""
-    with subprocess.Popen([python, ROOT / "tests/engine" / script, *map(str, args)], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, env=env, start_new_session=True) as process:
+    with subprocess.Popen([python, "-m", f"engine.{module}", *map(str, args)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, start_new_session=True) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             stdout, stderr = process.communicate()
-            raise AssertionError(f"{script} ran past {timeout} s:\n{stderr[-4000:]}") from None
+            raise AssertionError(f"engine.{module} ran past {timeout} s:\n{stderr[-4000:]}") from None
     if process.returncode:
-        raise AssertionError(f"{script} failed ({process.returncode}):\n{stderr[-4000:]}")
+        raise AssertionError(f"engine.{module} failed ({process.returncode}):\n{stderr[-4000:]}")
     return dict(json.loads(stdout.strip().splitlines()[-1]))
 
 

@@ -1,11 +1,9 @@
-"""Run with a patched Lvllmds4-x tree first on sys.path: exercise its real
+"""Run with a patched Lvllmds4-x tree on PYTHONPATH: exercise its real
 vllm/envs.py hooks and print one JSON line of what they answered."""
 
 import json
 import os
-import sys
 
-sys.path.insert(0, sys.argv[1])
 os.environ["LVLLM_MOE_NUMA_ENABLED"] = "1"
 import vllm.envs as envs
 from vllm.ds4x import moe_placement as mp

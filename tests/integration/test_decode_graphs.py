@@ -1,5 +1,5 @@
 """The pinned vLLM release's CUDA graph tables, patched, built on CPU from our wheel for each
-draft-depth policy (tests/engine/graph_check.py, run by checks.py): model runner v2's
+draft-depth policy (engine/graph_check.py, run by engine.checks): model runner v2's
 graph manager and model runner v1's dispatcher each have a full decode graph for
 every depth the policy verifies, and every uniform batch that vLLM's own 1+K
 graphs cover (its capture sizes, rounded per length, may leave a request count

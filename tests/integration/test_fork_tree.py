@@ -37,7 +37,8 @@ def test_fork_series_checks(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_patched_envs_hooks(patched_fork: Path) -> None:
     probe = Path(__file__).with_name("fork_probe.py")
-    done = subprocess.run([sys.executable, probe, patched_fork], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, probe], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(patched_fork)})
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["0,x"].startswith("LVLLM_GPU_RESIDENT_MOE_LAYERS='0,x': 'x' is not N or A-B")
     assert out["3-1"].startswith("LVLLM_GPU_RESIDENT_MOE_LAYERS='3-1': '3-1' runs backwards")
@@ -71,10 +72,10 @@ def test_python_m_vllm_ds4x_measure_in_the_fork(patched_fork: Path, engine_pytho
 
 @pytest.fixture(scope="module")
 def fork_checks(patched_fork: Path, engine_python: Path, tiny_model: Path) -> dict[str, Any]:
-    """tests/engine/checks.py on the patched fork's own scheduler and graph
+    """engine.checks on the patched fork's own scheduler and graph
     manager (its Python tree first on the path, CPU platform named)."""
     env = {**os.environ, "PYTHONPATH": str(patched_fork)}
-    out = engine_json(engine_python, "checks.py", tiny_model, "--cpu-platform", env=env)
+    out = engine_json(engine_python, "checks", tiny_model, "--cpu-platform", env=env)
     assert out["vllm"].startswith(str(patched_fork))
     return out
 

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
-CHECK = Path(__file__).resolve().parents[1] / "kernels" / "lk_moe_check.py"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_cpu_prefill_matches_the_reference(lk_python: Path) -> None:
-    done = subprocess.run([lk_python, CHECK, "cpu"], capture_output=True, text=True, check=True)
+    done = subprocess.run([lk_python, "-m", "engine.lk_moe_check", "cpu"], capture_output=True, text=True, check=True,
+                          cwd=ROOT)
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert {(r["top_k"], r["tokens"]) for r in results} == {(k, n) for k in (2, 6) for n in (1, 3, 8, 33)}
     for r in results:

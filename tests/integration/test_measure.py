@@ -81,9 +81,9 @@ def test_profile_is_what_the_adaptive_policy_starts_from(measured: tuple[str, di
 
 def test_bench_simulator_reads_the_profile(measured: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
     (tmp_path / "p.json").write_text(json.dumps(measured[1]))
-    done = subprocess.run([sys.executable, ROOT / "bench" / "depth_sim.py", "--profile", tmp_path / "p.json",
+    done = subprocess.run([sys.executable, "-m", "bench.depth_sim", "--profile", tmp_path / "p.json",
                            "--seeds", "2", "--reasoning-tokens", "200", "--answer-tokens", "100"],
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True, check=True, cwd=ROOT)
     assert "measured (p.json) profile" in done.stdout and "fixed 0" in done.stdout
 
 

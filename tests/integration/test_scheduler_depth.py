@@ -1,5 +1,5 @@
 """The patched vLLM Scheduler (the pinned release) and AsyncScheduler, from our wheel, driven
-with real Request objects on CPU (tests/engine/scheduler_check.py, run by checks.py): each decode
+with real Request objects on CPU (engine/scheduler_check.py, run by engine.checks): each decode
 batch verifies one depth, the deepest its requests chose, so it keeps one query
 length (and its CUDA graph)."""
 

@@ -7,6 +7,7 @@ upstream edits are checked against the real pinned sdist with our series applied
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,8 +84,7 @@ def test_a_missing_text_names_its_file(tmp_path: Path) -> None:
 
 
 UPSTREAM_OPS = """
-import sys, torch
-sys.path.insert(0, sys.argv[1])
+import torch
 import vllm._C_stable_libtorch  # what vllm/platforms/cuda.py imports
 ops = torch.ops._C
 for name in ("rms_norm", "fused_add_rms_norm"):
@@ -106,7 +106,8 @@ def test_upstream_stand_in_registers_the_ops_with_upstreams_schemas(tmp_path: Pa
     tree = fake_tree(tmp_path / "tree", P.UPSTREAM_EDITS)
     (tree / "vllm" / "__init__.py").write_text("")
     P.main(tree, tmp_path / "site", "vllm")
-    done = subprocess.run([sys.executable, "-c", UPSTREAM_OPS, str(tree)], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", UPSTREAM_OPS], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(tree)})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 

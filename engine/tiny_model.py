@@ -1,7 +1,7 @@
 """Write a tiny random reasoning model for CPU engine tests: a bf16 Qwen2
 (hidden 64, 2 layers, one 64-wide head: CPU attention kernels need head_dim 64+) and a byte-level BPE tokenizer whose special tokens are
 <|endoftext|>=0, <think>=1, </think>=2, so vLLM's deepseek_r1 reasoning parser
-finds them. Deterministic for a given seed. Usage: tiny_model.py DEST [STD]."""
+finds them. Deterministic for a given seed. Usage: python -m engine.tiny_model DEST [STD]."""
 
 import json
 import sys

@@ -1,6 +1,6 @@
 """Build the installed (patched) vLLM's CUDA graph tables on CPU, model runner
 v2's graph manager and model runner v1's dispatcher, for each draft-depth policy
-of tests/engine/policies.py and return the full decode graphs each would capture
+of engine/policies.py and return the full decode graphs each would capture
 and what dispatch picks for uniform decode batches of every depth (run by
 checks.py).
 Nothing is captured: CPU has no CUDA graphs. The manager's own tables are built
@@ -10,9 +10,10 @@ pool (environment, not the code under test) are stood in for."""
 import inspect
 from typing import Any
 
-from policies import POLICIES
 from vllm.config import ModelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig, set_current_vllm_config
 from vllm.config.compilation import CUDAGraphMode
+
+from engine.policies import POLICIES
 
 K = 2
 MAX_NUM_SEQS = 4

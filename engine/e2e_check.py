@@ -18,7 +18,7 @@ from typing import Any
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 os.environ["TORCHDYNAMO_DISABLE"] = "1"
 
-from policies import POLICIES  # tests/engine/policies.py, beside this script
+from engine.policies import POLICIES
 
 PROMPTS = {
     # reasoning: the prompt opened <think> and never closed it

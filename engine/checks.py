@@ -3,7 +3,7 @@ installed (patched) vLLM, in one process: importing vLLM takes minutes on a
 small CI machine. Prints one JSON line: {"scheduler": ..., "graphs": ...,
 "e2e": ... (with --e2e), "vllm": the vllm package it ran}.
 
-Usage: checks.py MODEL_DIR [--cpu-platform] [--e2e]
+Usage (from the checkout root): python -m engine.checks MODEL_DIR [--cpu-platform] [--e2e]
 --cpu-platform: a Python tree put on PYTHONPATH (the patched fork, not
 installed here) cannot find its own version to detect the platform: name it.
 --e2e: also run the engines of e2e_check.py.
@@ -15,16 +15,16 @@ import sys
 if __name__ == "__main__":
     e2e = "--e2e" in sys.argv
     if e2e:
-        import e2e_check  # before vLLM: it sets the environment its in-process engines need
+        from engine import e2e_check  # before vLLM: it sets the environment its in-process engines need
 
     if "--cpu-platform" in sys.argv:
         import vllm.platforms
         from vllm.platforms.cpu import CpuPlatform
 
         vllm.platforms._current_platform = CpuPlatform()
-    import graph_check
-    import scheduler_check
     import vllm
+
+    from engine import graph_check, scheduler_check
 
     model = sys.argv[1]
     out = {"scheduler": scheduler_check.check(model), "graphs": graph_check.check(model)}

@@ -1,5 +1,5 @@
 """Drive the installed (patched) vLLM Scheduler and AsyncScheduler with real
-Request objects on CPU, for each policy of tests/engine/policies.py, and
+Request objects on CPU, for each policy of engine/policies.py, and
 return what they scheduled (run by checks.py).
 Request "r" is reasoning (its prompt opens <think>), "a" is answering (its
 prompt closed </think>), "o" reasons but asked for depth 0. All get the same 2
@@ -10,7 +10,6 @@ A second run has reasoning requests only ("r1", "r2").
 from typing import Any
 
 import torch
-from policies import POLICIES
 from vllm.config import (
     CacheConfig,
     ModelConfig,
@@ -30,6 +29,8 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCache
 from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
+
+from engine.policies import POLICIES
 
 BLOCK = 16
 THINK, END_THINK = 1, 2

@@ -5,6 +5,7 @@ bf16 values (the GPU-resident path's math: silu(x Wg) * (x Wu), then W2, summed
 with the routing weights). gpu: `cpu_decode` fed from CUDA tensors on a CUDA
 stream, reference computed by torch on the GPU. Prints one JSON line per case.
 Runs under the Python that has lk_moe (cp312 only); imports nothing of ds4x.
+Usage, from the checkout root: python -m engine.lk_moe_check {cpu,gpu}
 """
 
 import json
