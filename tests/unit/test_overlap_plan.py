@@ -77,3 +77,20 @@ def test_query_start_loc_prefix_is_each_micro_batch_own(num_reqs: int, q: int) -
 def test_output_rows_do_not_overlap() -> None:
     a, b = op.split_uniform(2, 3)
     assert op.output_rows(a) == (0, 3) and op.output_rows(b) == (3, 6)
+
+
+SHAPE = {"v2_runner": True, "data_parallel": 1, "pipeline_parallel": 1, "full_decode_graph": True, "num_reqs": 2,
+         "query_len": 3}
+
+
+def test_ubatch_splits_the_users_step() -> None:
+    split = op.plan_split("ubatch", op.StepShape(**SHAPE))
+    assert split is not None and [m.num_tokens for m in split] == [3, 3]
+
+
+@pytest.mark.parametrize(("level", "change"), [
+    ("off", {}), ("shared", {}), ("ubatch", {"v2_runner": False}), ("ubatch", {"data_parallel": 2}),
+    ("ubatch", {"pipeline_parallel": 2}), ("ubatch", {"full_decode_graph": False}), ("ubatch", {"num_reqs": 1}),
+])
+def test_every_other_step_runs_whole(level: str, change: dict[str, object]) -> None:
+    assert op.plan_split(level, op.StepShape(**{**SHAPE, **change})) is None

@@ -83,6 +83,31 @@ def split_uniform(num_reqs: int, query_len: int) -> tuple[MicroBatch, MicroBatch
             MicroBatch(req_start=first, req_stop=num_reqs, tok_start=cut, tok_stop=num_reqs * query_len))
 
 
+@dataclass(frozen=True, kw_only=True)
+class StepShape:
+    """What decides whether a step may run as two micro-batches: the engine's
+    setup and the graph's batch descriptor."""
+
+    v2_runner: bool
+    data_parallel: int
+    pipeline_parallel: int
+    full_decode_graph: bool  # a FULL graph of a uniform decode batch is replayed or captured
+    num_reqs: int
+    query_len: int
+
+
+def plan_split(level: Level, shape: StepShape) -> tuple[MicroBatch, MicroBatch] | None:
+    """Two micro-batches, or None where the step runs whole: any level but
+    ubatch, model runner v1 (its own DBO needs DP>1 and DeepEP), DP or PP
+    above 1 (DBO's own territory), eager or mixed steps (no graph to keep the
+    micro-batches' views fixed), one request."""
+    if level != "ubatch" or not shape.v2_runner or shape.data_parallel > 1 or shape.pipeline_parallel > 1:
+        return None
+    if not shape.full_decode_graph:
+        return None
+    return split_uniform(shape.num_reqs, shape.query_len)
+
+
 def query_start_loc_view(micro: MicroBatch, query_len: int) -> tuple[int, int]:
     """The slice [0, n+1) of the batch's query_start_loc that serves as this
     micro-batch's own: uniform batches start every request at a multiple of
