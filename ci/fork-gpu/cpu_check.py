@@ -29,7 +29,8 @@ MODULES = [
     "vllm.model_executor.warmup.kernel_warmup", "vllm.v1.attention.backends.triton_attn",
     "vllm.model_executor.models.qwen2", "vllm.model_executor.models.llama_eagle",
     "vllm.model_executor.models.qwen3_dflash", "vllm.reasoning.deepseek_r1_reasoning_parser",
-    "vllm.entrypoints.llm", "vllm.ds4x.decode_graphs"]
+    "vllm.entrypoints.llm", "vllm.ds4x.decode_graphs", "vllm.ds4x.moe_overlap", "vllm.ds4x.ubatch_overlap",
+    "vllm.model_executor.layers.fused_moe.runner.moe_runner"]
 if os.environ.get("DS4X_GPU_TARGET") == "vllm":  # upstream's EAGLE drafter base, which our graph patch hooks
     MODULES.append("vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator")
 CASES = ["dense-eager", "dense-fixed", "dense-phase12", "dense-phase02", "dense-adaptive", "dense-eager-v1",

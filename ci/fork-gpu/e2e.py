@@ -1,6 +1,10 @@
 """One engine of the end-to-end decode benchmark (bench: ci/fork-gpu/e2e), in-process.
 
-Usage: e2e.py {nospec,spec} OUTDIR MODELDIR   -> OUTDIR/e2e-{nospec,spec}.json
+Usage: e2e.py {nospec,spec} OUTDIR MODELDIR   -> OUTDIR/e2e-{nospec,spec}[-E2E_TAG].json
+
+E2E_TAG names a variant of the same engine (the overlap comparison, E2E_MODES=overlap in
+ci/fork-gpu/e2e, runs one engine per LVLLM_MOE_OVERLAP level, tagged by it); E2E_POLICIES
+(comma-separated names of depth_sim.policies) runs only those policies.
 
 The stand-in of e2e_model.py, FULL_DECODE_ONLY graphs, lk_moe experts, the deepseek_r1
 reasoning parser. spec: EAGLE K=2 on model runner v2, graphs captured for depths 0, 1
@@ -41,6 +45,8 @@ TOKENS = int(os.environ.get("E2E_TOKENS", "96"))
 ROUNDS = int(os.environ.get("E2E_ROUNDS", "3"))
 REQUESTS = [int(n) for n in os.environ.get("E2E_REQUESTS", "1 2").split()]
 PHASES = ("reasoning", "answer")
+TAG = os.environ.get("E2E_TAG", "")
+NAME = f"{MODE}-{TAG}" if TAG else MODE  # the files' name: e2e-NAME.json, trace-NAME-xN-DEPTH.json.gz
 ENGINE_POLICY = {"policy": "adaptive", "min_depth": 0}  # captures graphs for depths 0..K
 
 
@@ -168,13 +174,14 @@ def main() -> dict:
     result = {"mode": MODE, "init_s": round(time.time() - t0, 1), "tokens_per_request": TOKENS,
               "async_scheduling": bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
               "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
+              "tag": TAG, "overlap": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
               "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
     log = StepLog(scheduler, lag=2 if result["async_scheduling"] else 1)
     counters.reset()
     drafts.active = True
     texts = prompts(AutoTokenizer.from_pretrained(MODELS / "target"))
-    policies = list(depth_sim.policies(K).items()) if MODE == "spec" else [("no speculation", None)]
+    policies = chosen_policies() if MODE == "spec" else [("no speculation", None)]
     scheduling = Policies(scheduler) if MODE == "spec" else None
     ids = count()
     for round_ in range(ROUNDS):
@@ -198,6 +205,17 @@ def main() -> dict:
     return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm)}
 
 
+def chosen_policies() -> list[tuple[str, dict]]:
+    """depth_sim's policies, or those E2E_POLICIES names (an unknown name fails the run)."""
+    from vllm.ds4x import depth_sim
+
+    every = depth_sim.policies(K)
+    names = [n.strip() for n in os.environ.get("E2E_POLICIES", "").split(",") if n.strip()]
+    if unknown := [n for n in names if n not in every]:
+        raise ValueError(f"E2E_POLICIES: unknown {unknown}; known: {list(every)}")
+    return [(n, every[n]) for n in names] if names else list(every.items())
+
+
 def profile(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: count) -> list[str]:
     """Reasoning cells of E2E_PROFILE_TOKENS under torch.profiler, one trace each (graph
     kernels included: CUPTI records a replayed graph's kernels under its launch's correlation)."""
@@ -213,7 +231,7 @@ def profile(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: 
                 scheduling.use(f"fixed {depth}", policies[f"fixed {depth}"])
             with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 run_cell(llm, log, texts["reasoning"][:n], ids, tokens)
-            name = f"trace-{MODE}-x{n}-{depth}.json.gz"
+            name = f"trace-{NAME}-x{n}-{depth}.json.gz"
             prof.export_chrome_trace(str(OUTDIR / name))
             made.append(name)
             print("profiled", name, flush=True)
@@ -221,7 +239,7 @@ def profile(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: 
 
 
 def write(result: dict) -> None:
-    path = OUTDIR / f"e2e-{MODE}.json"
+    path = OUTDIR / f"e2e-{NAME}.json"
     path.with_suffix(".tmp").write_text(json.dumps(result))
     path.with_suffix(".tmp").replace(path)
 
@@ -234,10 +252,10 @@ if __name__ == "__main__":
         import traceback
 
         traceback.print_exc()
-        previous = OUTDIR / f"e2e-{MODE}.json"
+        previous = OUTDIR / f"e2e-{NAME}.json"
         final = {**(json.loads(previous.read_text()) if previous.exists() else {}), "ok": False,
                  "error": repr(e)[:2000]}
     final["wall_s"] = round(time.time() - start, 1)
     write(final)
-    print("RESULT", MODE, "ok" if final["ok"] else final["error"][:500], flush=True)
+    print("RESULT", NAME, "ok" if final["ok"] else final["error"][:500], flush=True)
     os._exit(0)

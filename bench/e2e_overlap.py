@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""CPU-GPU overlap off against on (#20): the report of ci/fork-gpu/e2e_overlap (E2E_MODES=overlap
+of ci/fork-gpu/e2e), on the end-to-end stand-in.
+
+Reads RESDIR/e2e-ENGINE-LEVEL.json (ci/fork-gpu/e2e.py with E2E_TAG=LEVEL, one engine per
+LVLLM_MOE_OVERLAP level, ENGINE nospec or spec) and prints, per engine, policy and running
+requests (both phases pooled) and verified depth: the median step ms at level off and at each
+other level, and what the other level saves; then steady tok/s the same way.
+Fails closed (exit 1): no off run, a missing or failed engine, a cell of the off run missing at
+another level, greedy tokens that differ from the off run's in any cell, an eager decode step,
+a query length replayed at one level and not at another, _cpu_prefill in decode.
+
+    python -m bench.e2e_overlap RESDIR
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+BASE = "off"
+NAME = re.compile(r"e2e-(nospec|spec)-([a-z]+)\.json")
+Run = dict[str, Any]
+Key = tuple[str, int, str, int]  # phase, requests, policy, round
+
+
+def load(resdir: Path, problems: list[str]) -> dict[str, dict[str, Run]]:
+    """engine -> level -> run, from the files; unreadable or unfinished ones are problems."""
+    runs: dict[str, dict[str, Run]] = defaultdict(dict)
+    for path in sorted(resdir.glob("e2e-*.json")):
+        if not (match := NAME.fullmatch(path.name)):
+            continue
+        try:
+            run = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            problems.append(f"{path.name}: {e}")
+            continue
+        if not run.get("ok"):
+            problems.append(f"{path.name}: the engine did not finish: {str(run.get('error'))[:300]}")
+        runs[match[1]][match[2]] = run
+    if not runs:
+        problems.append(f"no e2e-ENGINE-LEVEL.json in {resdir}")
+    for engine, levels in runs.items():
+        if BASE not in levels:
+            problems.append(f"{engine}: no run at level {BASE} to compare with")
+        elif len(levels) < 2:
+            problems.append(f"{engine}: only level {BASE} ran")
+    return runs
+
+
+def cells(run: Run) -> dict[Key, dict[str, Any]]:
+    return {(c["phase"], c["requests"], c["policy"], c["round"]): c for c in run.get("cells", [])}
+
+
+def check(engine: str, levels: dict[str, Run], problems: list[str]) -> None:
+    """Every other level against off: the same cells, the same tokens, graphs only."""
+    base = cells(levels.get(BASE, {}))
+    replayed = {level: set(run.get("decode_steps", {}).get("graph", {})) for level, run in levels.items()}
+    for level, run in levels.items():
+        where = f"{engine} {level}"
+        if run.get("overlap") != level:
+            problems.append(f"{where}: the engine ran LVLLM_MOE_OVERLAP={run.get('overlap')}")
+        if eager := {k: v for k, v in run.get("decode_steps", {}).get("eager", {}).items() if v}:
+            problems.append(f"{where}: eager decode steps {eager}")
+        if run.get("lk_moe", {}).get("_cpu_prefill (decode)"):
+            problems.append(f"{where}: _cpu_prefill ran in decode steps")
+        if replayed[level] != replayed.get(BASE, replayed[level]):
+            problems.append(f"{where}: graphs replayed at query lengths {sorted(replayed[level])}, "
+                            f"off at {sorted(replayed[BASE])}")
+        if level == BASE:
+            continue
+        these = cells(run)
+        for key, cell in base.items():
+            other = these.get(key)
+            if other is None or other.get("tok_s") is None:
+                problems.append(f"{where}: cell {key} not measured")
+            elif other["tokens"] != cell["tokens"]:
+                problems.append(f"{where}: cell {key}: greedy tokens differ from off")
+
+
+def medians(run: Run) -> dict[tuple[str, int, str], float]:
+    """(policy, requests, depth) -> median over the cells (both phases, every round) of their
+    median step ms at that depth."""
+    pooled: dict[tuple[str, int, str], list[float]] = defaultdict(list)
+    for cell in run.get("cells", []):
+        for depth, step in cell.get("steps", {}).items():
+            pooled[cell["policy"], cell["requests"], depth].append(step["median_ms"])
+    return {k: statistics.median(v) for k, v in pooled.items()}
+
+
+def rates(run: Run) -> dict[tuple[str, int, str], float]:
+    """(policy, requests, phase) -> median steady tok/s over the rounds."""
+    pooled: dict[tuple[str, int, str], list[float]] = defaultdict(list)
+    for cell in run.get("cells", []):
+        if cell.get("tok_s") is not None:
+            pooled[cell["policy"], cell["requests"], cell["phase"]].append(cell["tok_s"])
+    return {k: statistics.median(v) for k, v in pooled.items()}
+
+
+def table(engine: str, levels: dict[str, Run]) -> list[str]:
+    others = [level for level in levels if level != BASE]
+    steps = {level: medians(run) for level, run in levels.items()}
+    lines = [f"{engine}: step ms by verified depth (median of the cells' medians), {BASE} against "
+             + ", ".join(others),
+             f"{'policy':16} {'requests':>8} {'depth':>5} {BASE:>9} " + " ".join(
+                 f"{level:>9} {'saved ms':>9} {'saved %':>8}" for level in others)]
+    for key in sorted(steps[BASE]):
+        off = steps[BASE][key]
+        row = f"{key[0]:16} {key[1]:8d} {key[2]:>5} {off:9.2f} "
+        for level in others:
+            on = steps[level].get(key)
+            row += (f"{on:9.2f} {off - on:9.2f} {100 * (off - on) / off:7.1f}%" if on is not None
+                    else f"{'-':>9} {'-':>9} {'-':>8}")
+        lines.append(row)
+    tok = {level: rates(run) for level, run in levels.items()}
+    lines.append(f"{engine}: steady tok/s (median over rounds)")
+    for key in sorted(tok[BASE]):
+        lines.append(f"{key[0]:16} x{key[1]} {key[2]:10} {BASE} {tok[BASE][key]:7.2f}" + "".join(
+            f"  {level} {tok[level].get(key, float('nan')):7.2f}" for level in others))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print(__doc__)
+        return 2
+    problems: list[str] = []
+    runs = load(Path(args[0]), problems)
+    for engine, levels in sorted(runs.items()):
+        check(engine, levels, problems)
+        if BASE in levels:
+            print("\n".join(table(engine, levels)) + "\n")
+    for engine, levels in sorted(runs.items()):
+        for level, run in levels.items():
+            print(f"{engine} {level}: LVLLM_MOE_OVERLAP={run.get('overlap')}, start {run.get('init_s')} s, "
+                  f"decode steps {run.get('decode_steps')}, graphs replayed {run.get('replays')}")
+    print("tokens equal to off in every cell, graphs only: " + ("yes" if not problems else "no"))
+    for problem in problems:
+        print(f"FAIL: {problem}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

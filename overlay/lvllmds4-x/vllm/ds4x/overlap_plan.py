@@ -1,0 +1,121 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""CPU-GPU overlap around lk_moe's cpu_decode (issue #20), the pure part: the
+switch and how a uniform decode batch splits into two micro-batches.
+
+``LVLLM_MOE_OVERLAP`` (read once, when the first MoE layer runs, so it holds
+for every graph the process captures)::
+
+    off      (default) today's order: the shared expert starts beside the
+             router, and cpu_decode's wait is the GPU's idle time
+    shared   the shared expert (all the layer's GPU work that does not need the
+             routed experts) is queued on its side stream after the router,
+             beside cpu_decode, so it runs while the CPU works
+    ubatch   shared, and a decode step of two or more requests runs as two
+             micro-batches (not wired yet: refused, see docs/overlap-design.md)
+
+Pure Python on purpose: the unit tests load this file without torch or vLLM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ENV = "LVLLM_MOE_OVERLAP"
+Level = Literal["off", "shared", "ubatch"]
+LEVELS: tuple[Level, ...] = ("off", "shared", "ubatch")
+READY: tuple[Level, ...] = ("off", "shared")  # levels whose engine side is wired
+
+
+class OverlapError(ValueError):
+    """A bad LVLLM_MOE_OVERLAP value; the message names the variable and the choices."""
+
+
+def parse_level(value: str | None) -> Level:
+    """The level, strictly: a typo fails at start-up instead of silently running off."""
+    text = (value or "").strip().lower()
+    if not text:
+        return "off"
+    for level in LEVELS:
+        if text == level:
+            if level not in READY:
+                raise OverlapError(f"{ENV}={value!r}: not available yet (choose {' or '.join(READY)})")
+            return level
+    raise OverlapError(f"{ENV}={value!r}: expected one of {', '.join(READY)}")
+
+
+def shares_beside_cpu_decode(level: Level) -> bool:
+    return level in ("shared", "ubatch")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MicroBatch:
+    """One micro-batch of a uniform decode batch: requests [req_start, req_stop) and
+    their tokens [tok_start, tok_stop) of the batch's flat token order."""
+
+    req_start: int
+    req_stop: int
+    tok_start: int
+    tok_stop: int
+
+    @property
+    def num_reqs(self) -> int:
+        return self.req_stop - self.req_start
+
+    @property
+    def num_tokens(self) -> int:
+        return self.tok_stop - self.tok_start
+
+
+def split_uniform(num_reqs: int, query_len: int) -> tuple[MicroBatch, MicroBatch] | None:
+    """Two micro-batches of a uniform decode batch (every request verifies
+    query_len tokens), the first taking the larger half of the requests; None
+    when it holds fewer than two requests. Slices fall on request boundaries,
+    so each micro-batch is uniform too and its query_start_loc is the batch's
+    own prefix [0, q, 2q, ...], a view that keeps its address in a graph."""
+    if query_len < 1:
+        raise ValueError(f"query_len={query_len}: a decode step verifies at least one token")
+    if num_reqs < 2:
+        return None
+    first = (num_reqs + 1) // 2
+    cut = first * query_len
+    return (MicroBatch(req_start=0, req_stop=first, tok_start=0, tok_stop=cut),
+            MicroBatch(req_start=first, req_stop=num_reqs, tok_start=cut, tok_stop=num_reqs * query_len))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepShape:
+    """What decides whether a step may run as two micro-batches: the engine's
+    setup and the graph's batch descriptor."""
+
+    v2_runner: bool
+    data_parallel: int
+    pipeline_parallel: int
+    full_decode_graph: bool  # a FULL graph of a uniform decode batch is replayed or captured
+    num_reqs: int
+    query_len: int
+
+
+def plan_split(level: Level, shape: StepShape) -> tuple[MicroBatch, MicroBatch] | None:
+    """Two micro-batches, or None where the step runs whole: any level but
+    ubatch, model runner v1 (its own DBO needs DP>1 and DeepEP), DP or PP
+    above 1 (DBO's own territory), eager or mixed steps (no graph to keep the
+    micro-batches' views fixed), one request."""
+    if level != "ubatch" or not shape.v2_runner or shape.data_parallel > 1 or shape.pipeline_parallel > 1:
+        return None
+    if not shape.full_decode_graph:
+        return None
+    return split_uniform(shape.num_reqs, shape.query_len)
+
+
+def query_start_loc_view(micro: MicroBatch, query_len: int) -> tuple[int, int]:
+    """The slice [0, n+1) of the batch's query_start_loc that serves as this
+    micro-batch's own: uniform batches start every request at a multiple of
+    query_len, so the prefix is right for the second micro-batch as well."""
+    return 0, micro.num_reqs + 1
+
+
+def output_rows(micro: MicroBatch) -> tuple[int, int]:
+    """Rows of cpu_decode's shared fp32 output buffer this micro-batch writes:
+    its own token rows, so two calls in flight never write the same rows."""
+    return micro.tok_start, micro.tok_stop

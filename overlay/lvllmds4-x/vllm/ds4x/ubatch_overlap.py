@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Two micro-batches of a decode step (LVLLM_MOE_OVERLAP=ubatch, issue #20 item 2):
+the per-micro-batch inputs as views of the step's own persistent buffers.
+
+In a FULL decode graph every tensor the captured kernels read must keep its
+address between capture and replay. vLLM's split_attn_metadata (v1 DBO) makes
+new query_start_loc tensors, which a graph would not see refreshed. For a
+uniform decode batch split on request boundaries (overlap_plan.split_uniform)
+every field is a slice of the batch's buffers instead: request-indexed fields
+by the micro-batch's requests, token-indexed ones by its tokens, and
+query_start_loc by the prefix [0, n+1) (uniform, so [0, q, 2q, ...] is right
+for either micro-batch). The per-micro-batch builders then write their own
+persistent buffers from these views at capture and again before each replay.
+
+Not wired yet: nothing calls this module while the level is refused
+(docs/overlap-design.md, "What remains"). Only torch is imported, so the unit
+tests check the views on the CPU."""
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from .overlap_plan import MicroBatch, query_start_loc_view
+
+# CommonAttentionMetadata fields (vllm/v1/attention/backend.py), by what indexes them
+REQUEST_FIELDS = ("seq_lens", "block_table_tensor", "is_prefilling", "seq_lens_cpu_upper_bound",
+                  "dcp_local_seq_lens", "dcp_local_seq_lens_cpu", "_seq_lens_cpu", "_num_computed_tokens_cpu")
+TOKEN_FIELDS = ("slot_mapping", "positions")
+QUERY_START_FIELDS = ("query_start_loc", "query_start_loc_cpu")
+# read per batch or by prefill-only builders; a decode micro-batch must not carry the batch's
+UNSPLIT_NONE = ("logits_indices_padded", "num_logits_indices", "encoder_seq_lens", "encoder_seq_lens_cpu",
+                "mm_req_doc_ranges", "_num_computed_tokens_cache")
+
+
+def _sliced(value: Any, start: int, stop: int) -> Any:
+    return None if value is None else value[start:stop]
+
+
+def micro_batch_metadata(common: Any, micro: MicroBatch, query_len: int) -> Any:
+    """The micro-batch's CommonAttentionMetadata: views of the batch's tensors
+    (same storage, so the same addresses in capture and replay), its own
+    counts. max_seq_len stays the batch's, an upper bound either way."""
+    first, last = query_start_loc_view(micro, query_len)
+    fields: dict[str, Any] = {name: _sliced(getattr(common, name), first, last) for name in QUERY_START_FIELDS}
+    for name in REQUEST_FIELDS:
+        if hasattr(common, name):
+            fields[name] = _sliced(getattr(common, name), micro.req_start, micro.req_stop)
+    for name in TOKEN_FIELDS:
+        fields[name] = _sliced(getattr(common, name), micro.tok_start, micro.tok_stop)
+    for name in UNSPLIT_NONE:
+        if getattr(common, name, None) is not None:
+            raise ValueError(f"{name} is set: not a pure decode batch, which is never split")
+    return dataclasses.replace(common, num_reqs=micro.num_reqs, num_actual_tokens=micro.num_tokens,
+                               max_query_len=query_len, **fields)
+
+
+def micro_batch_rows(tensor: torch.Tensor, micro: MicroBatch) -> torch.Tensor:
+    """A token-indexed tensor's rows for one micro-batch (input ids, positions,
+    hidden states, cpu_decode's fp32 output rows): a view, never a copy."""
+    return tensor[micro.tok_start:micro.tok_stop]
+
+
+def same_storage(view: torch.Tensor, base: torch.Tensor) -> bool:
+    """Whether a view lies inside base's memory: what a graph needs of it."""
+    start: int = base.data_ptr()
+    end = start + base.numel() * base.element_size()
+    first: int = view.data_ptr()
+    return start <= first and first + view.numel() * view.element_size() <= end

@@ -1,0 +1,81 @@
+"""bench/e2e_overlap.py, the overlap benchmark's report (#20), on results written here: off
+against shared gives the step table and exit 0; differing tokens, a missing cell or level, an
+eager decode step or an engine that ran another level fail it (exit 1), each named."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import e2e_overlap
+
+STEP = {"off": {1: 16.0, 2: 33.0}, "shared": {1: 15.6, 2: 32.5}}
+
+
+def run(level: str, mode: str = "spec") -> dict[str, Any]:
+    cells = [{"round": r, "phase": phase, "requests": n, "policy": policy, "tok_s": 1000 * n / STEP[level][n],
+              "tokens": [[7 + i] * 4 for i in range(n)], "steps": {depth: {"n": 9, "median_ms": STEP[level][n]}}}
+             for r in range(2) for phase in ("reasoning", "answer") for n in (1, 2)
+             for policy, depth in (("fixed 0", "0"), ("fixed 2", "2"))]
+    return {"ok": True, "mode": mode, "overlap": level, "init_s": 60.0, "cells": cells,
+            "decode_steps": {"graph": {"1": 20, "3": 20}, "eager": {}}, "lk_moe": {}, "replays": {}}
+
+
+def write(resdir: Path, runs: dict[str, dict[str, Any]]) -> Path:
+    for name, data in runs.items():
+        (resdir / f"e2e-spec-{name}.json").write_text(json.dumps(data))
+    return resdir
+
+
+def test_off_against_shared(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert e2e_overlap.main([str(write(tmp_path, {"off": run("off"), "shared": run("shared")}))]) == 0
+    out = capsys.readouterr().out
+    assert "fixed 2                 2     2     33.00     32.50      0.50     1.5%" in out
+    assert "fixed 0                 1     0     16.00     15.60      0.40     2.5%" in out
+    assert "tokens equal to off in every cell, graphs only: yes" in out
+
+
+def mutated(change: str) -> dict[str, dict[str, Any]]:
+    shared = run("shared")
+    if change == "tokens":
+        shared["cells"][3]["tokens"] = [[1], [2]]
+    elif change == "cell":
+        del shared["cells"][0]
+    elif change == "eager":
+        shared["decode_steps"]["eager"] = {"3": 1}
+    elif change == "level":
+        shared["overlap"] = "off"
+    elif change == "graphs":
+        shared["decode_steps"]["graph"] = {"1": 40}
+    return {"off": run("off"), "shared": shared}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("tokens", "FAIL: spec shared: cell ('reasoning', 2, 'fixed 2', 0): greedy tokens differ from off"),
+    ("cell", "FAIL: spec shared: cell ('reasoning', 1, 'fixed 0', 0) not measured"),
+    ("eager", "FAIL: spec shared: eager decode steps {'3': 1}"),
+    ("level", "FAIL: spec shared: the engine ran LVLLM_MOE_OVERLAP=off"),
+    ("graphs", "FAIL: spec shared: graphs replayed at query lengths ['1'], off at ['1', '3']"),
+])
+def test_each_problem_fails_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str], change: str,
+                                    message: str) -> None:
+    assert e2e_overlap.main([str(write(tmp_path, mutated(change)))]) == 1
+    assert message in capsys.readouterr().out.splitlines()
+
+
+def test_a_run_without_off_or_with_off_alone_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert e2e_overlap.main([str(write(tmp_path, {"shared": run("shared")}))]) == 1
+    assert "FAIL: spec: no run at level off to compare with" in capsys.readouterr().out
+    (tmp_path / "e2e-spec-shared.json").unlink()
+    assert e2e_overlap.main([str(write(tmp_path, {"off": copy.deepcopy(run("off"))}))]) == 1
+    assert "FAIL: spec: only level off ran" in capsys.readouterr().out
+
+
+def test_an_unfinished_engine_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    shared = {**run("shared"), "ok": False, "error": "RuntimeError('capture')"}
+    assert e2e_overlap.main([str(write(tmp_path, {"off": run("off"), "shared": shared}))]) == 1
+    assert "FAIL: e2e-spec-shared.json: the engine did not finish: RuntimeError('capture')" in capsys.readouterr().out

@@ -1,0 +1,96 @@
+"""CPU-GPU overlap (#20), the pure part: the LVLLM_MOE_OVERLAP switch and the split
+of a uniform decode batch into two micro-batches whose metadata are views.
+
+The module under test is the fork overlay itself, loaded from its file."""
+
+from __future__ import annotations
+
+import pytest
+
+from ds4x.overlay import load_module
+
+op = load_module("lvllmds4-x/vllm/ds4x/overlap_plan.py")
+
+
+@pytest.mark.parametrize(("value", "level"), [(None, "off"), ("", "off"), ("off", "off"), (" Shared ", "shared")])
+def test_levels(value: str | None, level: str) -> None:
+    assert op.parse_level(value) == level
+
+
+@pytest.mark.parametrize("value", ["1", "on", "sharde", "shared,ubatch"])
+def test_bad_level_names_the_variable_and_choices(value: str) -> None:
+    with pytest.raises(op.OverlapError) as e:
+        op.parse_level(value)
+    assert str(e.value) == f"LVLLM_MOE_OVERLAP={value!r}: expected one of off, shared"
+
+
+def test_ubatch_is_refused_until_wired() -> None:
+    with pytest.raises(op.OverlapError, match="'ubatch': not available yet"):
+        op.parse_level("ubatch")
+
+
+def test_only_overlap_levels_move_the_shared_expert() -> None:
+    assert [op.shares_beside_cpu_decode(level) for level in op.LEVELS] == [False, True, True]
+
+
+def slices(num_reqs: int, q: int) -> list[tuple[int, int, int, int]]:
+    split = op.split_uniform(num_reqs, q)
+    assert split is not None
+    return [(m.req_start, m.req_stop, m.tok_start, m.tok_stop) for m in split]
+
+
+def test_two_requests_split_one_each_at_every_depth() -> None:
+    assert slices(2, 1) == [(0, 1, 0, 1), (1, 2, 1, 2)]
+    assert slices(2, 3) == [(0, 1, 0, 3), (1, 2, 3, 6)]
+
+
+def test_odd_batches_give_the_first_micro_batch_the_extra_request() -> None:
+    assert slices(3, 2) == [(0, 2, 0, 4), (2, 3, 4, 6)]
+    assert slices(5, 1) == [(0, 3, 0, 3), (3, 5, 3, 5)]
+
+
+@pytest.mark.parametrize(("num_reqs", "q"), [(n, q) for n in range(2, 9) for q in range(1, 5)])
+def test_micro_batches_cover_the_batch_on_request_boundaries(num_reqs: int, q: int) -> None:
+    a, b = op.split_uniform(num_reqs, q)
+    assert (a.tok_start, a.tok_stop, b.tok_start, b.tok_stop) == (0, b.tok_start, a.tok_stop, num_reqs * q)
+    assert a.num_tokens == a.num_reqs * q and b.num_tokens == b.num_reqs * q
+    assert 0 <= a.num_reqs - b.num_reqs <= 1
+
+
+def test_one_request_is_not_split() -> None:
+    assert op.split_uniform(1, 3) is None
+    with pytest.raises(ValueError, match="query_len=0"):
+        op.split_uniform(2, 0)
+
+
+@pytest.mark.parametrize(("num_reqs", "q"), [(2, 1), (2, 3), (3, 2), (4, 3)])
+def test_query_start_loc_prefix_is_each_micro_batch_own(num_reqs: int, q: int) -> None:
+    """The batch's query_start_loc of a uniform batch is [0, q, 2q, ...]; each micro-batch's
+    own (token offsets from its first token) equals a prefix of it, so a view serves."""
+    batch = [i * q for i in range(num_reqs + 1)]
+    for micro in op.split_uniform(num_reqs, q):
+        start, stop = op.query_start_loc_view(micro, q)
+        own = [t - micro.tok_start for t in batch[micro.req_start:micro.req_stop + 1]]
+        assert batch[start:stop] == own
+
+
+def test_output_rows_do_not_overlap() -> None:
+    a, b = op.split_uniform(2, 3)
+    assert op.output_rows(a) == (0, 3) and op.output_rows(b) == (3, 6)
+
+
+SHAPE = {"v2_runner": True, "data_parallel": 1, "pipeline_parallel": 1, "full_decode_graph": True, "num_reqs": 2,
+         "query_len": 3}
+
+
+def test_ubatch_splits_the_users_step() -> None:
+    split = op.plan_split("ubatch", op.StepShape(**SHAPE))
+    assert split is not None and [m.num_tokens for m in split] == [3, 3]
+
+
+@pytest.mark.parametrize(("level", "change"), [
+    ("off", {}), ("shared", {}), ("ubatch", {"v2_runner": False}), ("ubatch", {"data_parallel": 2}),
+    ("ubatch", {"pipeline_parallel": 2}), ("ubatch", {"full_decode_graph": False}), ("ubatch", {"num_reqs": 1}),
+])
+def test_every_other_step_runs_whole(level: str, change: dict[str, object]) -> None:
+    assert op.plan_split(level, op.StepShape(**{**SHAPE, **change})) is None

@@ -1,0 +1,103 @@
+"""Two micro-batches' attention metadata (#20 item 2) are views of the step's own buffers,
+so a FULL decode graph captured with them reads the values written before each replay.
+
+The module under test is the fork overlay itself, loaded from its file; its metadata class
+stand-in has CommonAttentionMetadata's fields (vllm/v1/attention/backend.py at the pin)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="ci/test installs torch; the views are torch tensors")
+
+from ds4x.overlay import load_module  # noqa: E402
+
+op = load_module("lvllmds4-x/vllm/ds4x/overlap_plan.py")
+ub = load_module("lvllmds4-x/vllm/ds4x/ubatch_overlap.py")
+
+
+@dataclasses.dataclass
+class Common:  # CommonAttentionMetadata's fields, as the fork has them
+    query_start_loc: Any
+    query_start_loc_cpu: Any
+    seq_lens: Any
+    num_reqs: int
+    num_actual_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    block_table_tensor: Any
+    slot_mapping: Any
+    causal: bool = True
+    logits_indices_padded: Any = None
+    num_logits_indices: Any = None
+    encoder_seq_lens: Any = None
+    encoder_seq_lens_cpu: Any = None
+    dcp_local_seq_lens: Any = None
+    dcp_local_seq_lens_cpu: Any = None
+    positions: Any = None
+    is_prefilling: Any = None
+    seq_lens_cpu_upper_bound: Any = None
+    mm_req_doc_ranges: Any = None
+    _seq_lens_cpu: Any = None
+    _num_computed_tokens_cpu: Any = None
+    _num_computed_tokens_cache: Any = None
+
+
+def batch(num_reqs: int, q: int, max_reqs: int = 4) -> tuple[Common, dict[str, Any]]:
+    """A uniform decode batch over persistent buffers sized for max_reqs, as v2 keeps them."""
+    buffers = {"qsl": torch.arange(0, (max_reqs + 1) * q, q, dtype=torch.int32),
+               "seq_lens": torch.tensor([100, 200, 300, 400][:max_reqs], dtype=torch.int32),
+               "block_table": torch.arange(max_reqs * 8, dtype=torch.int32).view(max_reqs, 8),
+               "slots": torch.arange(1000, 1000 + max_reqs * q, dtype=torch.int64),
+               "positions": torch.arange(max_reqs * q, dtype=torch.int64)}
+    n, t = num_reqs, num_reqs * q
+    common = Common(query_start_loc=buffers["qsl"][:n + 1], query_start_loc_cpu=buffers["qsl"][:n + 1].clone(),
+                    seq_lens=buffers["seq_lens"][:n], num_reqs=n, num_actual_tokens=t, max_query_len=q,
+                    max_seq_len=400, block_table_tensor=buffers["block_table"][:n], slot_mapping=buffers["slots"][:t],
+                    positions=buffers["positions"][:t], seq_lens_cpu_upper_bound=buffers["seq_lens"][:n].clone())
+    return common, buffers
+
+
+@pytest.mark.parametrize(("num_reqs", "q"), [(2, 1), (2, 2), (2, 3), (3, 3), (4, 2)])
+def test_each_micro_batch_is_views_with_its_own_counts(num_reqs: int, q: int) -> None:
+    common, buffers = batch(num_reqs, q)
+    for micro in op.split_uniform(num_reqs, q):
+        m = ub.micro_batch_metadata(common, micro, q)
+        assert (m.num_reqs, m.num_actual_tokens, m.max_query_len, m.max_seq_len) == (
+            micro.num_reqs, micro.num_reqs * q, q, 400)
+        assert m.query_start_loc.tolist() == [i * q for i in range(micro.num_reqs + 1)]
+        assert m.seq_lens.tolist() == buffers["seq_lens"][micro.req_start:micro.req_stop].tolist()
+        assert m.block_table_tensor.tolist() == buffers["block_table"][micro.req_start:micro.req_stop].tolist()
+        assert m.slot_mapping.tolist() == list(range(1000 + micro.tok_start, 1000 + micro.tok_stop))
+        assert m.positions.tolist() == list(range(micro.tok_start, micro.tok_stop))
+        for name, base in (("query_start_loc", "qsl"), ("seq_lens", "seq_lens"),
+                           ("block_table_tensor", "block_table"), ("slot_mapping", "slots"), ("positions", "positions")):
+            assert ub.same_storage(getattr(m, name), buffers[base]), name
+
+
+def test_a_write_before_replay_shows_through_the_views() -> None:
+    """What a replay relies on: the runner rewrites the persistent buffers in place."""
+    common, buffers = batch(2, 3)
+    second = ub.micro_batch_metadata(common, op.split_uniform(2, 3)[1], 3)
+    buffers["seq_lens"][1] = 777
+    buffers["slots"][3:6] = torch.tensor([5, 6, 7])
+    assert second.seq_lens.tolist() == [777]
+    assert second.slot_mapping.tolist() == [5, 6, 7]
+
+
+def test_micro_batch_rows_are_views() -> None:
+    hidden = torch.zeros(6, 4)
+    _, b = op.split_uniform(2, 3)
+    ub.micro_batch_rows(hidden, b).fill_(1)
+    assert hidden[:3].sum() == 0 and hidden[3:].sum() == 12
+    assert not ub.same_storage(torch.zeros(3, 4), hidden)
+
+
+def test_a_batch_with_prefill_only_fields_is_refused() -> None:
+    common, _ = batch(2, 1)
+    common.logits_indices_padded = torch.zeros(2)
+    with pytest.raises(ValueError, match="logits_indices_padded is set"):
+        ub.micro_batch_metadata(common, op.split_uniform(2, 1)[0], 1)
