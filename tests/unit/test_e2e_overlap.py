@@ -79,3 +79,13 @@ def test_an_unfinished_engine_fails(tmp_path: Path, capsys: pytest.CaptureFixtur
     shared = {**run("shared"), "ok": False, "error": "RuntimeError('capture')"}
     assert e2e_overlap.main([str(write(tmp_path, {"off": run("off"), "shared": shared}))]) == 1
     assert "FAIL: e2e-spec-shared.json: the engine did not finish: RuntimeError('capture')" in capsys.readouterr().out
+
+
+def test_the_committed_h200_run_passes_its_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results/h200-overlap-shared: the run docs/measured-on-gpu.md quotes (off against
+    shared, spec engine); its table comes out of it again."""
+    results = Path(e2e_overlap.__file__).parent / "results" / "h200-overlap-shared"
+    assert e2e_overlap.main([str(results)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split() == ["fixed", "0", "1", "0", "19.24", "20.10", "-0.86", "-4.5%"] for line in lines)
+    assert "tokens equal to off in every cell, graphs only: yes" in lines
