@@ -1,3 +1,5 @@
+"""Fixtures every test shares: git isolated from the user's configuration, and a git helper with fixed authors and dates."""
+
 from __future__ import annotations
 
 import os

@@ -7,8 +7,8 @@ lvllmds4-x (the default): the fork. Stubs: stubs/*.py (_C, _C_stable_libtorch,
   fork's platform probe reads that distribution's version).
 vllm: upstream vLLM 0.32.0 patched by our series. Its CUDA platform imports only
   _C_stable_libtorch, which registers the `_C` ops there: stubs/upstream/ holds that
-  stand-in (it registers stubs/_C.py's ops, placed beside it, with upstream's schemas
-  where they differ). No _moe_C stand-in (upstream's topk schemas differ from the fork's,
+  stand-in (it imports stubs/_C.py, placed beside it, whose norms already take upstream's
+  optional weight). No _moe_C stand-in (upstream's topk schemas differ from the fork's,
   and the dense cases route no experts) and no _version (the sdist has its own). The same
   four edits: each text is in upstream 0.32.0 once, for the same reason (UPSTREAM_EDITS).
   A vllm dist-info: upstream's probe reads version("vllm"), CUDA unless it names `cpu`.

@@ -13,7 +13,6 @@ docs blobs are never needed)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -25,7 +24,7 @@ import pytest
 
 from ds4x import pins, sources
 from ds4x.cli import main
-from tests.integration.test_vllm_own_tests import assert_none_only_unpatched, hub_cache, outcomes
+from tests.integration.test_vllm_own_tests import assert_none_only_unpatched, finished, start
 
 FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,23 +119,6 @@ def fork_test_python(engine_python: Path) -> Path:
     return engine_python
 
 
-def start(python: Path, root: Path, site: Path, work: Path) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    """Which vllm the run imports (probed first, same environment), and the pytest run started."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
-    env.update(PYTHONPATH=f"{root}{os.pathsep}{site}", HF_HOME=str(hub_cache(work / "hf")), HF_HUB_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", VLLM_CACHE_ROOT=str(work / "vllm-cache"),
-               TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"), VLLM_TARGET_DEVICE="cpu")
-    probe = subprocess.run([python, "-c", PROBE], cwd=root, env=env, capture_output=True, text=True)
-    assert probe.returncode == 0, probe.stderr[-4000:]
-    imported = dict(json.loads(probe.stdout.strip().splitlines()[-1]))
-    with (work / "log").open("w") as log:
-        process = subprocess.Popen(
-            [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c", str(root / "pyproject.toml"),
-             "--rootdir", str(root), f"--junitxml={work / 'junit.xml'}", *TEST_FILES],
-            cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
-    return process, imported
-
-
 @pytest.fixture(scope="module")
 def runs(fork_test_python: Path, fork_trees: dict[str, Path], fork_site: Path,
          tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
@@ -144,20 +126,9 @@ def runs(fork_test_python: Path, fork_trees: dict[str, Path], fork_site: Path,
     started = {}
     for tree, root in fork_trees.items():
         work = tmp_path_factory.mktemp(f"fork-tests-{tree}")
-        started[tree] = (work, *start(fork_test_python, root, fork_site, work))
-    result = {}
-    for tree, (work, process, imported) in started.items():
-        try:
-            code = process.wait(timeout=1800)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise AssertionError(f"the fork's tests ({tree}) ran past 1800 s") from None
-        log = (work / "log").read_text()
-        # 0: all passed, 1: some failed; anything else (usage, collection, internal error) is broken
-        assert code in (0, 1), f"{tree}: pytest exited {code}\n{log[-4000:]}"
-        result[tree] = {"imported": imported, "outcomes": outcomes(work / "junit.xml"), "log": log}
-    return result
+        started[tree] = (work, *start(fork_test_python, root, work, f"{root}{os.pathsep}{fork_site}", probe=PROBE,
+                                       test_files=TEST_FILES, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor")))
+    return finished(started, "the fork's tests")
 
 
 def test_each_run_imports_its_tree_on_the_cpu_platform(runs: dict[str, Any], fork_trees: dict[str, Path]) -> None:

@@ -150,19 +150,22 @@ def outcomes(junit: Path) -> Outcomes:
     return result
 
 
-def start(python: Path, root: Path, work: Path, pythonpath: Path | None) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    """Which vllm the run imports (probed first, same environment), and the pytest run started."""
+def start(python: Path, root: Path, work: Path, pythonpath: Path | str | None, *, probe: str = PROBE,
+          test_files: list[str] = TEST_FILES, **env_vars: str) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """Which vllm the run imports (`probe`, run first in the same environment), and the pytest
+    run of `test_files` in `root` started (offline, configs from hub_cache; `env_vars` added)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
     env.update(HF_HOME=str(hub_cache(work / "hf")), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               VLLM_CACHE_ROOT=str(work / "vllm-cache"), VLLM_TARGET_DEVICE="cpu")
+               VLLM_CACHE_ROOT=str(work / "vllm-cache"), VLLM_TARGET_DEVICE="cpu", **env_vars)
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    probe = subprocess.run([python, "-c", PROBE], cwd=root, env=env, capture_output=True, text=True, check=True)
-    imported = dict(json.loads(probe.stdout.strip().splitlines()[-1]))
+    done = subprocess.run([python, "-c", probe], cwd=root, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
+    imported = dict(json.loads(done.stdout.strip().splitlines()[-1]))
     with (work / "log").open("w") as log:
         process = subprocess.Popen(
             [python, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c", str(root / "pyproject.toml"),
-             "--rootdir", str(root), f"--junitxml={work / 'junit.xml'}", *TEST_FILES],
+             "--rootdir", str(root), f"--junitxml={work / 'junit.xml'}", *test_files],
             cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
     return process, imported
 
@@ -175,6 +178,14 @@ def runs(test_python: Path, sdist_tests: Path, unpatched_site: Path, vllm_wheel:
     for tree, pythonpath in (("unpatched", unpatched_site), ("patched", None)):
         work = tmp_path_factory.mktemp(f"vllm-tests-{tree}")
         started[tree] = (work, *start(test_python, sdist_tests, work, pythonpath))
+    result = finished(started, "vLLM's tests")
+    result["patched"]["wheel"] = vllm_wheel.name
+    return result
+
+
+def finished(started: dict[str, tuple[Path, subprocess.Popen[bytes], dict[str, Any]]],
+             what: str) -> dict[str, Any]:
+    """Wait for each tree's pytest (started by `start`): {tree: {imported, outcomes, log}}."""
     result = {}
     for tree, (work, process, imported) in started.items():
         try:
@@ -182,12 +193,11 @@ def runs(test_python: Path, sdist_tests: Path, unpatched_site: Path, vllm_wheel:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-            raise AssertionError(f"vLLM's tests ({tree}) ran past 1800 s") from None
+            raise AssertionError(f"{what} ({tree}) ran past 1800 s") from None
         log = (work / "log").read_text()
         # 0: all passed, 1: some failed; anything else (usage, collection, internal error) is broken
         assert code in (0, 1), f"{tree}: pytest exited {code}\n{log[-4000:]}"
         result[tree] = {"imported": imported, "outcomes": outcomes(work / "junit.xml"), "log": log}
-    result["patched"]["wheel"] = vllm_wheel.name
     return result
 
 

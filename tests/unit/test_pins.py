@@ -1,3 +1,5 @@
+"""ds4x.pins: the repository's pins load exact, and bad pins are refused by name."""
+
 from __future__ import annotations
 
 from pathlib import Path

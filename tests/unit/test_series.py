@@ -1,3 +1,5 @@
+"""ds4x.series: the quilt series file and each patch's DEP-3 header, read and refused by file and line."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,3 +1,5 @@
+"""ds4x.sources: mirrors, the cache, and downloads checked by sha256, served from loopback only."""
+
 from __future__ import annotations
 
 import hashlib
