@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trace-driven simulation of decode with per-request draft depth, on a measured step-cost curve.
+"""Trace-driven simulation of decode with per-request draft depth on a measured step-cost curve, and with overlap.
 
 One request decodes a reasoning section, then its answer. Each step verifies
 1 + d tokens; each draft is accepted with the phase's conditional acceptance
