@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trace-driven simulation of decode with per-request draft depth, on a measured step-cost curve.
+"""Trace-driven simulation of decode with per-request draft depth on a measured step-cost curve, and with overlap.
 
 One request decodes a reasoning section, then its answer. Each step verifies
 1 + d tokens; each draft is accepted with the phase's conditional acceptance
@@ -17,7 +17,16 @@ The simulation is the overlay's own (vllm/ds4x/depth_sim.py: the real DepthPolic
 adaptive learning step costs from the simulated timings as the engine does live), as
 `measure` runs it on a machine's own curve.
 
+With `--overlap ubatch` it also predicts CPU-GPU overlap (#20) on the profile's
+curve at `--requests` (default 2): a step as two micro-batches whose CPU experts run
+one after the other on a side stream while the GPU runs the other's part
+(depth_sim.step_ms), against the same step without overlap, per depth (with the
+issue's bound, fraction x min(CPU experts, rest), at full and 70% overlap) and
+tok/s per policy and phase. The rest of a step is the profile's `gpu_ms` unless
+`--gpu-ms` gives it (28.5: the RTX 5090's GPU side of DeepSeek-V4-Flash).
+
     python -m bench.depth_sim [--profile FILE] [--reasoning-tokens 3000 --answer-tokens 800 --seeds 20]
+    python -m bench.depth_sim --overlap ubatch [--requests 2] [--gpu-ms MS ...] [--outside-ms MS] [--ubatch-gpu F]
 """
 
 from __future__ import annotations
@@ -67,7 +76,7 @@ def compare_graph_and_eager(in_graph_ms: Sequence[float], eager_ms: Sequence[flo
 
 def run(profile: str, costs: list[float], tokens: dict[str, int], seeds: int,
         acceptance: dict[str, float]) -> dict[str, dict[str, float]]:
-    results = sim.compare(costs, acceptance, tokens, seeds)
+    results: dict[str, dict[str, float]] = sim.compare(costs, acceptance, tokens, seeds)
     print(f"\n{profile} profile: step seconds by tokens verified {[round(c, 4) for c in costs]}, "
           f"acceptance at depth {len(costs) - 1} {acceptance}")
     print("\n".join(sim.table(results)))
@@ -77,20 +86,54 @@ def run(profile: str, costs: list[float], tokens: dict[str, int], seeds: int,
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reasoning-tokens", type=int, default=3000)
-    parser.add_argument("--answer-tokens", type=int, default=800)
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--profile", type=Path, default=DEFAULT_PROFILE,
-                        help="a profile written by `plan --measure` / `python -m vllm.ds4x measure` "
-                             f"(default: {DEFAULT_PROFILE.relative_to(ROOT)})")
-    args = parser.parse_args()
+def overlap(profile: dict[str, Any], args: argparse.Namespace, tokens: dict[str, int]) -> list[str]:
+    """depth_sim's overlap report on the profile's curve (see the module's doc)."""
+    curve, layers = sim.profile_curve(profile)
+    rest = args.gpu_ms or profile["gpu_ms"]
+    k = len(profile["step_seconds"]) - 1
+    config = sim.Overlap(mode=args.overlap, outside_ms=args.outside_ms, ubatch_gpu=args.ubatch_gpu)
+    lines: list[str] = sim.overlap_report(curve, layers, rest, args.requests, k, profile["acceptance"], tokens,
+                                          args.seeds, config)
+    return lines
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reasoning-tokens", type=int, default=3000)
+    p.add_argument("--answer-tokens", type=int, default=800)
+    p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--profile", type=Path, default=DEFAULT_PROFILE,
+                   help="a profile written by `plan --measure` / `python -m vllm.ds4x measure` "
+                        f"(default: {DEFAULT_PROFILE.relative_to(ROOT)})")
+    p.add_argument("--overlap", choices=["off", "ubatch"], default="off",
+                   help="also predict LVLLM_MOE_OVERLAP=ubatch against off (default off: no overlap lines)")
+    p.add_argument("--requests", type=int, default=2, help="running requests of the overlap prediction (default 2)")
+    p.add_argument("--gpu-ms", type=float, nargs="+", metavar="MS",
+                   help="the rest of a step for the overlap prediction, one figure or one per depth "
+                        "(default: the profile's gpu_ms)")
+    p.add_argument("--outside-ms", type=float, default=sim.OUTSIDE_MS,
+                   help=f"ms of the rest that cannot overlap (default {sim.OUTSIDE_MS}: the drafter and the rest "
+                        f"outside the decode graph, H200 profile)")
+    p.add_argument("--ubatch-gpu", type=float, default=1.0,
+                   help="one micro-batch's GPU part as a fraction of the batch's (default 1.0; 0.5: splitting adds "
+                        "no GPU work)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     tokens = {"reasoning": args.reasoning_tokens, "answer": args.answer_tokens}
     profile = measured(args.profile)
     print(f"profile: {args.profile} ({profile.get('format')} layer, {profile.get('path')}, "
           f"LK_THREADS={profile.get('lk_threads')}, rest of a step {profile.get('gpu_ms')} ms)")
+    try:
+        lines = overlap(profile, args, tokens) if args.overlap != "off" else []
+    except KeyError as e:
+        raise SystemExit(f"error: {args.profile} has no timing for {e} tokens: measure with --max-num-seqs "
+                         f"{args.requests}") from None
     run(f"measured ({args.profile.name})", profile["step_seconds"], tokens, args.seeds, profile["acceptance"])
+    if lines:
+        print("\npredicted with CPU-GPU overlap (two micro-batches; depth_sim.step_ms), " + "\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ def measure_module() -> ModuleType:
 
 KV_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "fp8_e5m2", "auto", "bf16", "bfloat16")
 _MAX_TEXT = 40  # longer values are cut in messages
+MAX_MS = 60000  # a minute a step, as measure bounds --gpu-ms
 MAX_COUNT = 1e18  # routed tokens per expert: far above any trace, low enough that sums stay exact enough
 
 
@@ -88,6 +89,17 @@ def fraction(text: str) -> float:
     return value
 
 
+def milliseconds(text: str) -> float:
+    """A duration in ms, 0 up to a minute (--overlap-outside-ms)."""
+    try:
+        value = float(text) if len(text) <= _MAX_TEXT else None
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= MAX_MS:
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: expected ms in 0..{MAX_MS}, e.g. 0.57")
+    return value
+
+
 def png(text: str) -> Path:
     """A PNG path whose folder exists and can be written."""
     path = Path(text)
@@ -126,7 +138,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--measure", action="store_true",
                    help="time lk_moe on this machine instead: cost curve per LK_THREADS, tok/s per draft-depth "
                         "policy, a step-cost profile for the adaptive policy (options below)")
-    measure_module().add_arguments(p.add_argument_group("--measure"), shared=False)
+    group = p.add_argument_group("--measure")
+    outside = load_module("vllm-common/vllm/ds4x/depth_sim.py").OUTSIDE_MS
+    measure_module().add_arguments(group, shared=False)
+    group.add_argument("--overlap", choices=("off", "ubatch"), default="off",
+                       help="also predict tok/s at --max-num-seqs with LVLLM_MOE_OVERLAP=ubatch (two micro-batches) "
+                            "against off (default: off, no overlap lines)")
+    group.add_argument("--overlap-outside-ms", type=milliseconds, default=outside, metavar="MS",
+                       help=f"ms of the rest of a step that cannot overlap: drafter, scheduler, handoffs (default "
+                            f"{outside}: outside the decode graph on the H200)")
+    group.add_argument("--ubatch-gpu", type=fraction, default=1.0, metavar="F",
+                       help="one micro-batch's GPU part as a fraction of the whole batch's (default 1.0: the GPU "
+                            "side hardly grows with requests; 0.5: splitting adds no GPU work)")
     p.set_defaults(python=None)  # plan finds (or makes) a Python with lk_moe itself
 
 
@@ -250,9 +273,25 @@ def measure(args: argparse.Namespace) -> int:
     args.find_python = _find_python  # measure calls it when --python was not given, after checking every input
     module = measure_module()
     try:
-        return int(module.main(args))
+        done = int(module.main(args))
     except module.MeasureError as e:
         raise Ds4xError(str(e), exit_code=e.exit_code) from None
+    if not done and args.overlap != "off":
+        print("\n" + "\n".join(overlap_lines(args, json.loads(args.profile_out.read_text(encoding="utf-8")))))
+    return done
+
+
+def overlap_lines(args: argparse.Namespace, profile: dict[str, Any]) -> list[str]:
+    """depth_sim's overlap prediction at --max-num-seqs on the curve measure just
+    wrote, with measure's own --gpu-ms, --acceptance, tokens and seeds (so the off
+    column is measure's prediction above)."""
+    sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
+    curve, layers = sim.profile_curve(profile["measured"])
+    overlap = sim.Overlap(mode=args.overlap, outside_ms=args.overlap_outside_ms, ubatch_gpu=args.ubatch_gpu)
+    acceptance = dict(zip(("reasoning", "answer"), args.acceptance))
+    lines = sim.overlap_report(curve, layers, args.gpu_ms, args.max_num_seqs, args.num_speculative_tokens,
+                               acceptance, {"reasoning": 3000, "answer": 800}, 10, overlap)
+    return ["predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), " + lines[0], *lines[1:]]
 
 
 def _find_python() -> str:

@@ -38,7 +38,7 @@ def config(tmp_path: Path, **changes: object) -> Path:
 def measured(tmp_path_factory: pytest.TempPathFactory, lk_python: Path) -> tuple[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("measure")
     done = plan("--config", config(tmp), "--python", lk_python, "--threads", 1, 2, "--budget", 10,
-                "--profile-out", tmp / "profile.json", cwd=tmp)
+                "--profile-out", tmp / "profile.json", "--overlap", "ubatch", cwd=tmp)
     assert done.returncode == 0, done.stderr
     return done.stdout, json.loads((tmp / "profile.json").read_text())
 
@@ -79,12 +79,31 @@ def test_profile_is_what_the_adaptive_policy_starts_from(measured: tuple[str, di
     assert json.dumps(profile["draft_depth"]) in out  # the --speculative-config it prints
 
 
+def test_overlap_is_predicted_at_max_num_seqs_against_measures_own_prediction(
+        measured: tuple[str, dict[str, Any]]) -> None:
+    """--overlap ubatch: the steps per depth, then every policy off / overlap / ratio at 2
+    requests; the off column is measure's own prediction for the batch of two."""
+    out, profile = measured
+    report = out.split("predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), 2 running requests")[1]
+    assert "depth 0: CPU experts" in report and "depth 2: CPU experts" in report and "bound: full x" in report
+    off = profile["measured"]["predicted_tok_s_by_requests"]["2"]
+    rows = {line[:10].strip(): line[10:].split() for line in report.splitlines() if line[:10].strip() in off}
+    assert set(rows) == set(off)
+    for name, row in rows.items():
+        assert (float(row[0]), float(row[3])) == (round(off[name]["reasoning"], 2), round(off[name]["answer"], 2))
+
+
 def test_bench_simulator_reads_the_profile(measured: tuple[str, dict[str, Any]], tmp_path: Path) -> None:
     (tmp_path / "p.json").write_text(json.dumps(measured[1]))
     done = subprocess.run([sys.executable, "-m", "bench.depth_sim", "--profile", tmp_path / "p.json",
                            "--seeds", "2", "--reasoning-tokens", "200", "--answer-tokens", "100"],
                           capture_output=True, text=True, check=True, cwd=ROOT)
     assert "measured (p.json) profile" in done.stdout and "fixed 0" in done.stdout
+    assert "micro-batches" not in done.stdout  # --overlap off by default
+    done = subprocess.run([sys.executable, "-m", "bench.depth_sim", "--profile", tmp_path / "p.json", "--seeds", "2",
+                           "--reasoning-tokens", "200", "--answer-tokens", "100", "--overlap", "ubatch"],
+                          capture_output=True, text=True, check=True, cwd=ROOT)
+    assert "(two micro-batches; depth_sim.step_ms), 2 running requests" in done.stdout
 
 
 @pytest.mark.parametrize(

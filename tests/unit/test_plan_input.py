@@ -41,6 +41,10 @@ def example(**changes: object) -> dict[str, Any]:
         (["--plot", "curve.svg"], "--plot: 'curve.svg': expected a .png path"),
         (["--ram-bandwidth", "0"], "--ram-bandwidth: '0': expected more than 0"),
         (["--plot", "/nonexistent/dir/c.png"], "folder /nonexistent/dir does not exist or is not writable"),
+        (["--overlap", "shared"], "--overlap: invalid choice: 'shared'"),
+        (["--overlap-outside-ms", "nan"], "--overlap-outside-ms: 'nan': expected ms in 0..60000"),
+        (["--overlap-outside-ms", "-1"], "--overlap-outside-ms: '-1': expected ms in 0..60000"),
+        (["--ubatch-gpu", "0"], "--ubatch-gpu: '0': expected a fraction in (0, 1]"),
     ],
 )
 def test_bad_options_exit_2_naming_the_option(capsys: pytest.CaptureFixture[str], args: list[str],

@@ -13,13 +13,18 @@ that depth at this batch size. The policies are the real DepthPolicy; adaptive
 learns the step costs from the simulated timings as the engine does live. Used by
 bench/depth_sim.py, by ``measure`` on a measured curve, and by the end-to-end
 benchmark (bench/e2e_decode.py) to be held to what the engine does.
+
+A step's cost with CPU-GPU overlap (#20) comes from the same measured curve: see
+``Overlap``, ``step_ms`` and ``overlap_report`` below (bench/depth_sim.py
+``--overlap``, ``plan --measure --overlap``).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from . import draft_depth as dd
 
@@ -106,3 +111,135 @@ def table(results: dict[str, dict[str, float]]) -> list[str]:
         lines.append(f"{name:<10} {r['reasoning']:16.2f} {r['answer']:13.2f}   "
                      f"{r['reasoning'] / best['reasoning']:.3f}, {r['answer'] / best['answer']:.3f}")
     return lines
+
+
+# ---- a decode step with CPU-GPU overlap (LVLLM_MOE_OVERLAP, #20)
+
+OUTSIDE_MS = 0.57
+"""Default ms a step that overlaps nothing: the drafter, the scheduler and the
+handoffs outside the decode graph, 0.55-0.58 ms a step with speculation in the
+H200 end-to-end profile (bench/results/h200-e2e/timeline.txt, column outside)."""
+
+ONE_REQUEST = ("1 running request: no micro-batches (ubatch splits a step of 2 or more); `shared` hides at most "
+               "the shared expert (measured on the H200: no gain), so the model predicts no change")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overlap:
+    """How a decode step's CPU experts and the rest of it overlap."""
+
+    mode: Literal["off", "ubatch"] = "off"
+    """off: the CPU experts, then the rest, one after the other (today's model).
+    ubatch: a step of 2 or more requests runs as two micro-batches (see step_ms)."""
+    outside_ms: float = OUTSIDE_MS
+    """ms of the rest of a step that cannot overlap (outside the layers: drafter,
+    scheduler, handoffs); everything else of the rest overlaps."""
+    ubatch_gpu: float = 1.0
+    """One micro-batch's GPU part as a fraction of the whole batch's overlappable
+    rest. 1.0: a micro-batch costs the GPU what the batch does, as the GPU side of a
+    decode step hardly grows with its requests (H200 stand-in, main stream busy:
+    1.81 ms at 1 request, 1.96 at 2) and as measure uses one --gpu-ms at every batch
+    size; 0.5: splitting adds no GPU work."""
+
+
+def bound_step_ms(cpu_ms: float, rest_ms: float, fraction: float, outside_ms: float = 0.0) -> float:
+    """The issue's target arithmetic: overlap hides `fraction` of the smaller of
+    the two parts, the CPU experts or the rest that can overlap."""
+    return cpu_ms + rest_ms - fraction * min(cpu_ms, max(rest_ms - outside_ms, 0.0))
+
+
+def pipeline_ms(cpu_ms: Sequence[float], gpu_ms: Sequence[float]) -> float:
+    """Two micro-batches A, B through the layers, parts in the order A1 B1 A2 B2 ...
+    (part i is micro-batch i % 2's): each part's GPU work gpu_ms[i] on the compute
+    stream, then its CPU experts cpu_ms[i] on one side stream. A part starts when
+    its stream is free and its micro-batch's previous part is done; the time the
+    last CPU part ends. For equal layers: max(sum CPU, sum GPU) + one layer's smaller part."""
+    gpu_free = cpu_free = 0.0
+    done = [0.0, 0.0]
+    for i, (cpu, gpu) in enumerate(zip(cpu_ms, gpu_ms)):
+        gpu_free = max(gpu_free, done[i % 2]) + gpu
+        cpu_free = max(cpu_free, gpu_free) + cpu
+        done[i % 2] = cpu_free
+    return cpu_free
+
+
+def step_ms(curve: Mapping[int, float], layers: int, rest_ms: float, requests: int, tokens: int,
+            overlap: Overlap) -> float:
+    """ms of a step of `requests` verifying `tokens` each; curve: ms of one
+    layer's CPU experts by tokens in the call. Off (or one request): one call for
+    all the step's tokens a layer, plus the rest. ubatch: each micro-batch (half
+    the requests) calls with its own tokens, one call after the other on the side
+    stream, while the GPU runs the other's part (pipeline_ms); the rest but
+    outside_ms is spread over the layers, ubatch_gpu of it a micro-batch."""
+    if overlap.mode == "off" or requests < 2:
+        return curve[requests * tokens] * layers + rest_ms
+    halves = ((requests + 1) // 2 * tokens, requests // 2 * tokens)
+    inside = max(rest_ms - overlap.outside_ms, 0.0)
+    gpu = inside * overlap.ubatch_gpu / layers
+    cpu = [curve[halves[i % 2]] for i in range(2 * layers)]
+    return pipeline_ms(cpu, [gpu] * (2 * layers)) + rest_ms - inside
+
+
+def step_seconds(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], requests: int, k: int,
+                 overlap: Overlap) -> list[float]:
+    """Seconds a step verifying 1..K+1 tokens a request (depth 0..K); rest_ms:
+    one figure for every depth or one per depth (as measure takes --gpu-ms)."""
+    rest = per_depth(rest_ms, k)
+    return [step_ms(curve, layers, rest[d], requests, d + 1, overlap) / 1000 for d in range(k + 1)]
+
+
+def per_depth(rest_ms: Sequence[float], k: int) -> list[float]:
+    """--gpu-ms as measure takes it: one figure for every depth 0..K, or one per depth."""
+    return list(rest_ms) if len(rest_ms) == k + 1 else [rest_ms[0]] * (k + 1)
+
+
+def profile_curve(measured: Mapping[str, Any]) -> tuple[dict[int, float], int]:
+    """From the `measured` object of a profile measure wrote: ms a layer call by
+    tokens at its LK_THREADS, and the MoE layers its step_seconds count."""
+    runs = [run for run in measured["runs"] if run["threads"] == measured["lk_threads"]]
+    if not runs:
+        raise ValueError(f"no run at lk_threads {measured['lk_threads']} in the profile")
+    curve = {int(case["tokens"]): float(case["ms"]) for case in runs[0]["cases"]}
+    layers = round((measured["step_seconds"][0] * 1000 - measured["gpu_ms"][0]) / curve[1])
+    return curve, layers
+
+
+def step_lines(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], requests: int, k: int,
+               overlap: Overlap) -> list[str]:
+    """Per depth: the step off, with two micro-batches, and the issue's bound at
+    full and 70% overlap (fraction x min(CPU experts, rest that can overlap))."""
+    lines = []
+    for d, rest in enumerate(per_depth(rest_ms, k)):
+        cpu = curve[requests * (d + 1)] * layers
+        off = step_ms(curve, layers, rest, requests, d + 1, Overlap())
+        on = step_ms(curve, layers, rest, requests, d + 1, overlap)
+        full, most = (bound_step_ms(cpu, rest, f, overlap.outside_ms) for f in (1.0, 0.7))
+        lines.append(f"depth {d}: CPU experts {cpu:.1f} + rest {rest:.1f} = {off:.1f} ms off; two micro-batches "
+                     f"{on:.1f} ms (x{off / on:.2f}); bound: full x{off / full:.2f}, 70% x{off / most:.2f}")
+    return lines
+
+
+def overlap_table(off: dict[str, dict[str, float]], on: dict[str, dict[str, float]]) -> list[str]:
+    """One line per policy: tok/s per phase off, with overlap, and their ratio."""
+    lines = [f"{'policy':<10} {'reasoning off':>14} {'overlap':>8} {'ratio':>6}   "
+             f"{'answer off':>11} {'overlap':>8} {'ratio':>6}"]
+    for name, r in off.items():
+        o = on[name]
+        lines.append(f"{name:<10} {r['reasoning']:14.2f} {o['reasoning']:8.2f} "
+                     f"{o['reasoning'] / r['reasoning']:6.3f}   {r['answer']:11.2f} {o['answer']:8.2f} "
+                     f"{o['answer'] / r['answer']:6.3f}")
+    return lines
+
+
+def overlap_report(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], requests: int, k: int,
+                   acceptance: dict[str, float], tokens: dict[str, int], seeds: int, overlap: Overlap) -> list[str]:
+    """Steps and tok/s per policy and phase at `requests`, off against `overlap`
+    (the micro-batch model; the per-depth lines add the issue's bound)."""
+    if requests < 2:
+        return [ONE_REQUEST]
+    lines = [f"{requests} running requests, LVLLM_MOE_OVERLAP={overlap.mode} (outside the layers "
+             f"{overlap.outside_ms} ms, a micro-batch's GPU part {overlap.ubatch_gpu} of the batch's):"]
+    lines += step_lines(curve, layers, rest_ms, requests, k, overlap)
+    results = [compare(step_seconds(curve, layers, rest_ms, requests, k, o), acceptance, tokens, seeds, requests)
+               for o in (Overlap(), overlap)]
+    return lines + overlap_table(*results)
