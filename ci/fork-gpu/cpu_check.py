@@ -104,9 +104,10 @@ def check_ubatch(c, query_lens: list[int]) -> int:
     return 1 if expect and not wanted else 0
 
 
-class _Stream:  # a CUDA stream's stand-in: ubatch_split's threads only queue on it
+class _Stream:  # a CUDA stream's (and event's) stand-in: ubatch_split's threads only queue on it
     def wait_event(self, event) -> None: ...
     def wait_stream(self, stream) -> None: ...
+    def record(self, stream=None) -> None: ...
 
 
 def _fake_cuda(stream: _Stream) -> dict:
@@ -116,24 +117,32 @@ def _fake_cuda(stream: _Stream) -> dict:
     from vllm.v1.worker import ubatching
 
     saved = {n: getattr(torch.cuda, n) for n in ("current_stream", "set_stream", "stream", "set_device",
-                                                 "current_device", "current_blas_handle")}
-    saved["Event"], saved["ubatching"] = torch.Event, ubatching.current_stream
+                                                 "current_device", "current_blas_handle", "Event")}
+    saved["torch.Event"], saved["ubatching"] = torch.Event, ubatching.current_stream
     torch.cuda.current_stream = lambda *a, **k: stream
     torch.cuda.set_stream = torch.cuda.set_device = torch.cuda.current_blas_handle = lambda *a, **k: None
     torch.cuda.stream = lambda s: contextlib.nullcontext()
     torch.cuda.current_device = lambda: 0
-    torch.Event = lambda *a, **k: object()
+    torch.Event = torch.cuda.Event = lambda *a, **k: _Stream()
     ubatching.current_stream = lambda: stream
     return saved
 
 
 def _split_once(fail_at: int | None) -> tuple[list, object]:
-    """run_split over a model of 3 layers that yields in each, as cpu_decode does at ubatch."""
+    """run_split over a model of 3 layers, each calling moe_overlap.cpu_decode as the hooked
+    MoERunner does (which yields to the other micro-batch); lk_moe's call is logged."""
     from vllm import forward_context as fc
-    from vllm.ds4x import overlap_plan, ubatch_split
-    from vllm.v1.worker.ubatching import dbo_current_ubatch_id, dbo_yield
+    from vllm.ds4x import moe_overlap, overlap_plan, ubatch_split
+    from vllm.v1.worker.ubatching import dbo_current_ubatch_id
 
     log: list = []
+
+    def lk_cpu_decode(hidden, weights, ids, row_offset=0, convert=True):
+        log.append(("lk", dbo_current_ubatch_id(), row_offset, convert))
+        return hidden.float()
+
+    runner = types.SimpleNamespace(shared_experts=None,
+                                   routed_experts=types.SimpleNamespace(_cpu_decode=lk_cpu_decode))
 
     def model(input_ids, positions):
         for layer in range(3):
@@ -141,7 +150,7 @@ def _split_once(fail_at: int | None) -> tuple[list, object]:
             log.append((dbo_current_ubatch_id(), layer, ubatch_split.token_offset(), ctx.attn_metadata["x"]))
             if fail_at == layer and dbo_current_ubatch_id() == 1:
                 raise ValueError("boom")
-            dbo_yield()
+            moe_overlap.cpu_decode(runner, input_ids.to(torch.bfloat16), positions, positions, None)
         return input_ids.float() * 10 + positions
 
     a, b = overlap_plan.split_uniform(3, 2)
@@ -164,20 +173,61 @@ def check_split_threads() -> int:
 
     stream = _Stream()
     saved = _fake_cuda(stream)
-    moe_overlap._side = stream
+    moe_overlap._side, level = stream, moe_overlap._level
+    moe_overlap._level = "ubatch"
     try:
         log, out = _split_once(None)
         _, err = _split_once(1)
     finally:
-        torch.Event, ubatching.current_stream = saved.pop("Event"), saved.pop("ubatching")
+        torch.Event, ubatching.current_stream = saved.pop("torch.Event"), saved.pop("ubatching")
         for name, value in saved.items():
             setattr(torch.cuda, name, value)
-        moe_overlap._side = None
-    want = [(u, layer, (0, 4)[u], "AB"[u]) for layer in range(3) for u in (0, 1)]
+        moe_overlap._side, moe_overlap._level = None, level
+    want = [x for layer in range(3) for u in (0, 1)
+            for x in ((u, layer, (0, 4)[u], "AB"[u]), ("lk", u, (0, 4)[u], False))]
     ok = (log == want and isinstance(out, torch.Tensor) and out.tolist() == [100.0 + 11 * i for i in range(6)]
           and isinstance(err, RuntimeError) and isinstance(err.__cause__, ValueError))
     print("ok  " if ok else "FAIL", "split threads: turns", log == want, "output", out if not ok else "joined",
           "failure", repr(err)[:80])
+    return 0 if ok else 1
+
+
+def check_micro_batch_metadata(c) -> int:
+    """The case's Triton attention builders on the CPU through the hooked build_attn_metadata: three
+    builders, the extra two at the decode budget; each micro-batch built by its own builder from
+    views of the batch's buffers (the second with its rebased query_start_loc)."""
+    from vllm.ds4x import ubatch_split
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+    from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
+    from vllm.v1.worker.utils import AttentionGroup
+
+    m, cpu = c.model_config, torch.device("cpu")
+    spec = FullAttentionSpec(block_size=16, num_kv_heads=m.get_num_kv_heads(c.parallel_config),
+                             head_size=m.get_head_size(), dtype=torch.bfloat16)
+    group = AttentionGroup(TritonAttentionBackend, ["l0"], spec, 0)
+    group.create_metadata_builders(vllm_config=c, device=cpu, num_metadata_builders=1)
+    ubatch_split.add_builders(group, c, cpu, None)
+    r, q = 3, 2
+    desc = types.SimpleNamespace(cg_mode=c.compilation_config.cudagraph_mode.decode_mode(), num_tokens=r * q,
+                                 num_reqs=r, uniform_token_count=q)
+    parts = ubatch_split.parts_for(c, desc) or ()
+    qsl = torch.arange(0, (r + 1) * q, q, dtype=torch.int32)
+    seq_lens, slots = torch.tensor([50, 60, 70], dtype=torch.int32), torch.arange(r * q).view(1, -1)
+    kw = {"attn_groups": [[group]], "num_reqs": r, "num_tokens": r * q, "query_start_loc_gpu": qsl,
+          "query_start_loc_cpu": qsl.clone(), "max_query_len": q, "seq_lens": seq_lens, "max_seq_len": 70,
+          "block_tables": (torch.zeros(r, 4, dtype=torch.int32),), "slot_mappings": slots,
+          "kv_cache_config": types.SimpleNamespace(kv_cache_groups=[None]), "positions": torch.arange(r * q)}
+    built = [build_attn_metadata(**kw, micro_batch=p)["l0"] for p in parts]
+    builders = group.metadata_builders
+    ok = (len(parts) == 2 and len(builders) == 3 and len(built) == 2
+          and [b.softmax_segm_output is x.softmax_segm_output for b, x in zip(builders[1:], built, strict=True)] == [True] * 2
+          and built[0].query_start_loc.data_ptr() == qsl.data_ptr() and built[1].query_start_loc.tolist() == [0, q]
+          and built[1].seq_lens.tolist() == [70] and built[1].seq_lens.data_ptr() == seq_lens[2:].data_ptr()
+          and built[1].slot_mapping.tolist() == [4, 5] and built[1].num_actual_tokens == q)
+    budgets = [b.vllm_config.scheduler_config.max_num_batched_tokens for b in builders]
+    print("ok  " if ok else "FAIL", "micro-batch metadata: builders", len(builders), "budgets", budgets,
+          "second micro-batch qsl", built[1].query_start_loc.tolist() if len(built) == 2 else None)
     return 0 if ok else 1
 
 
@@ -210,7 +260,12 @@ def check_case(case: str, root: str) -> int:
         lens = decode_query_lens(c, 1 + k)
         print("ok  ", case, "v2" if c.use_v2_model_runner else "v1", c.compilation_config.cudagraph_mode.name,
               c.attention_config.backend.name, "query lengths", lens)
-        return check_ubatch(c, list(lens or [1 + k]))
+        bad = check_ubatch(c, list(lens or [1 + k]))
+        from vllm.ds4x import ubatch_split
+
+        if ubatch_split.wanted(c):
+            bad += check_micro_batch_metadata(c)
+        return bad
     except Exception as e:
         traceback.print_exc(limit=-4)
         print("FAIL", case, repr(e)[:300])

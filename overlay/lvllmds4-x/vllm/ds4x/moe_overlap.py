@@ -108,8 +108,8 @@ def _cpu_decode_split(runner: Any, hidden_states: torch.Tensor, topk_weights: to
                                                  row_offset=token_offset(), convert=False)
         done = torch.cuda.Event()
         done.record(side)
-    for tensor in (hidden_states, topk_weights, topk_ids):
-        tensor.record_stream(side)
+    # no record_stream: this frame holds cpu_decode's inputs until the main
+    # stream has waited for `done`, so no later allocation can reuse them early
     dbo_yield()
     main.wait_event(done)
     out = rows.to(hidden_states.dtype)

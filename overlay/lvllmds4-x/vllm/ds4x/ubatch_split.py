@@ -56,13 +56,14 @@ class SplitStep:
 
 
 def wanted(vllm_config: Any) -> bool:
-    """Whether this engine may split any graph: the level, v2, DP=PP=1, two requests."""
+    """Whether this engine may split any graph: the level, v2, DP=PP=1, FULL graphs, two requests."""
     if moe_overlap.level() != "ubatch":
         return False
     p = vllm_config.parallel_config
     return (bool(getattr(vllm_config, "use_v2_model_runner", False)) and p.data_parallel_size == 1
             and p.pipeline_parallel_size == 1 and vllm_config.scheduler_config.max_num_seqs >= 2
-            and getattr(p, "decode_context_parallel_size", 1) == 1)
+            and getattr(p, "decode_context_parallel_size", 1) == 1
+            and vllm_config.compilation_config.cudagraph_mode.has_full_cudagraphs())
 
 
 def parts_for(vllm_config: Any, desc: Any) -> tuple[Part, ...] | None:
@@ -189,15 +190,18 @@ def _contexts(split: SplitStep) -> list[Any]:
 
 
 def _micro_batch_thread(ctx: Any, model: Any, inputs: dict[str, Any], results: list[Any], device: int) -> None:
-    """One micro-batch, as v1's UBatchWrapper runs one: cuBLAS handles on both
-    streams first, then the model inside the UBatchContext, which hands the
-    baton over at every dbo_yield."""
+    """One micro-batch, as v1's UBatchWrapper runs one: the thread's cuBLAS
+    handle on the compute stream first (which also sets vLLM's per-thread
+    current stream, so UBatchContext makes no stream of its own), then the
+    model inside the UBatchContext, which hands the baton over at every
+    dbo_yield. No GEMM runs on the side stream (lk_moe and events only), so
+    no handle is made for it: a workspace allocated there during capture
+    would be outside the graph."""
     torch.cuda.set_device(device)
     try:
         with torch.inference_mode():
-            for stream in (ctx.compute_stream, ctx.comm_stream):
-                with torch.cuda.stream(stream):
-                    torch.cuda.current_blas_handle()
+            with torch.cuda.stream(ctx.compute_stream):
+                torch.cuda.current_blas_handle()
             with ctx:
                 results[ctx.id] = model(**inputs)
     except BaseException as e:  # re-raised by run_split in the caller's thread
