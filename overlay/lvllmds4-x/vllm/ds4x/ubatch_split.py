@@ -34,7 +34,7 @@ from vllm.logger import init_logger
 logger = init_logger(__name__)
 
 TOKEN_OFFSET = "ds4x_token_offset"  # a micro-batch's first token row, in its ForwardContext
-_query_start: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # device -> (gpu, cpu) buffers
+_query_start: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # device type -> (device, cpu) buffers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,8 +112,8 @@ def add_builders(group: Any, vllm_config: Any, device: torch.device, kernel_bloc
             if hasattr(builder, "set_workspace_buffer"):
                 builder.set_workspace_buffer(whole[0]._get_workspace_buffer())
     n = vllm_config.scheduler_config.max_num_seqs + 1
-    _query_start.setdefault(str(device), (torch.zeros(n, dtype=torch.int32, device=device),
-                                          torch.zeros(n, dtype=torch.int32)))
+    _query_start.setdefault(torch.device(device).type, (torch.zeros(n, dtype=torch.int32, device=device),
+                                                        torch.zeros(n, dtype=torch.int32)))
 
 
 def builder_index(part: Part | None) -> int:
@@ -129,7 +129,7 @@ def micro_batch_common(common: Any, part: Part | None) -> Any:
     meta = ubatch_overlap.micro_batch_metadata(common, part.micro, part.query_len)
     if part.index == 0:
         return meta
-    gpu, cpu = _query_start[str(common.query_start_loc.device)]
+    gpu, cpu = _query_start[common.query_start_loc.device.type]  # one device per worker
     return dataclasses.replace(
         meta, query_start_loc=ubatch_overlap.rebase_query_start(common.query_start_loc, part.micro, gpu),
         query_start_loc_cpu=ubatch_overlap.rebase_query_start(common.query_start_loc_cpu, part.micro, cpu))
@@ -197,8 +197,8 @@ def _micro_batch_thread(ctx: Any, model: Any, inputs: dict[str, Any], results: l
     dbo_yield. No GEMM runs on the side stream (lk_moe and events only), so
     no handle is made for it: a workspace allocated there during capture
     would be outside the graph."""
-    torch.cuda.set_device(device)
     try:
+        torch.cuda.set_device(device)
         with torch.inference_mode():
             with torch.cuda.stream(ctx.compute_stream):
                 torch.cuda.current_blas_handle()
