@@ -12,7 +12,8 @@ from ds4x.overlay import load_module
 op = load_module("lvllmds4-x/vllm/ds4x/overlap_plan.py")
 
 
-@pytest.mark.parametrize(("value", "level"), [(None, "off"), ("", "off"), ("off", "off"), (" Shared ", "shared")])
+@pytest.mark.parametrize(("value", "level"), [(None, "off"), ("", "off"), ("off", "off"), (" Shared ", "shared"),
+                                              ("ubatch", "ubatch")])
 def test_levels(value: str | None, level: str) -> None:
     assert op.parse_level(value) == level
 
@@ -21,12 +22,24 @@ def test_levels(value: str | None, level: str) -> None:
 def test_bad_level_names_the_variable_and_choices(value: str) -> None:
     with pytest.raises(op.OverlapError) as e:
         op.parse_level(value)
-    assert str(e.value) == f"LVLLM_MOE_OVERLAP={value!r}: expected one of off, shared"
+    assert str(e.value) == f"LVLLM_MOE_OVERLAP={value!r}: expected one of off, shared, ubatch"
 
 
-def test_ubatch_is_refused_until_wired() -> None:
+def test_a_level_not_ready_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(op, "READY", ("off", "shared"))
     with pytest.raises(op.OverlapError, match="'ubatch': not available yet"):
         op.parse_level("ubatch")
+
+
+@pytest.mark.parametrize(("seqs", "k", "engine", "budget"), [(2, 2, 8192, 6), (4, 0, 512, 4), (256, 3, 512, 512)])
+def test_micro_batch_builders_get_a_decode_graphs_tokens(seqs: int, k: int, engine: int, budget: int) -> None:
+    assert op.micro_batch_token_budget(seqs, k, engine) == budget
+
+
+@pytest.mark.parametrize(("seqs", "k"), [(0, 2), (2, -1)])
+def test_a_budget_out_of_range_is_refused(seqs: int, k: int) -> None:
+    with pytest.raises(ValueError, match=f"max_num_seqs={seqs}, K={k}"):
+        op.micro_batch_token_budget(seqs, k, 512)
 
 
 def test_only_overlap_levels_move_the_shared_expert() -> None:

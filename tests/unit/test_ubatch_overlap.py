@@ -101,3 +101,39 @@ def test_a_batch_with_prefill_only_fields_is_refused() -> None:
     common.logits_indices_padded = torch.zeros(2)
     with pytest.raises(ValueError, match="logits_indices_padded is set"):
         ub.micro_batch_metadata(common, op.split_uniform(2, 1)[0], 1)
+
+
+@pytest.mark.parametrize(("num_reqs", "real", "q"), [(2, 2, 3), (3, 3, 1), (4, 4, 2), (4, 3, 2), (4, 2, 3)])
+def test_the_second_micro_batch_query_start_is_rebased_in_place(num_reqs: int, real: int, q: int) -> None:
+    """Padded requests (v2 writes num_tokens past the real ones) keep no query in the second
+    micro-batch, and the buffer the graph captured is the one rewritten."""
+    qsl = torch.tensor([min(i, real) * q for i in range(num_reqs + 1)], dtype=torch.int32)
+    _, second = op.split_uniform(num_reqs, q)
+    out = torch.full((8,), -1, dtype=torch.int32)
+    view = ub.rebase_query_start(qsl, second, out)
+    expect = [max(0, min(i, real) - second.req_start) * q for i in range(second.req_start, num_reqs + 1)]
+    assert view.tolist() == expect
+    assert ub.same_storage(view, out) and out[len(expect):].tolist() == [-1] * (8 - len(expect))
+
+
+def test_a_query_start_buffer_too_small_is_refused() -> None:
+    _, second = op.split_uniform(4, 1)
+    with pytest.raises(ValueError, match=r"requests \[2, 4\) do not fit"):
+        ub.rebase_query_start(torch.arange(5, dtype=torch.int32), second, torch.zeros(2, dtype=torch.int32))
+
+
+def test_model_inputs_are_cut_to_the_micro_batch() -> None:
+    _, b = op.split_uniform(3, 2)
+    inputs = {"input_ids": torch.arange(6), "positions": torch.arange(12).view(2, 6), "inputs_embeds": None}
+    cut = ub.micro_batch_inputs(inputs, b)
+    assert cut["input_ids"].tolist() == [4, 5] and cut["positions"].tolist() == [[4, 5], [10, 11]]
+    assert cut["inputs_embeds"] is None and ub.same_storage(cut["input_ids"], inputs["input_ids"])
+
+
+def test_outputs_join_in_token_order() -> None:
+    a, b = torch.zeros(4, 2), torch.ones(2, 2)
+    assert ub.join_outputs([a, b]).tolist() == [[0, 0]] * 4 + [[1, 1]] * 2
+    hidden, aux = ub.join_outputs([(a, [a + 2, a + 3]), (b, [b + 2, b + 3])])
+    assert hidden.shape == (6, 2) and [x[:, 0].tolist() for x in aux] == [[2] * 4 + [3] * 2, [3] * 4 + [4] * 2]
+    with pytest.raises(TypeError, match="cannot join"):
+        ub.join_outputs([a, (b, [])])

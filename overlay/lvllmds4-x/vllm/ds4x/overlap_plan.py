@@ -11,8 +11,9 @@ for every graph the process captures)::
     shared   the shared expert (all the layer's GPU work that does not need the
              routed experts) is queued on its side stream after the router,
              beside cpu_decode, so it runs while the CPU works
-    ubatch   shared, and a decode step of two or more requests runs as two
-             micro-batches (not wired yet: refused, see docs/overlap-design.md)
+    ubatch   shared, and a FULL decode graph of two or more requests runs as
+             two micro-batches: one's CPU experts beside the other's GPU work
+             (model runner v2, DP=PP=1; docs/overlap-design.md)
 
 Pure Python on purpose: the unit tests load this file without torch or vLLM."""
 
@@ -24,7 +25,7 @@ from typing import Literal
 ENV = "LVLLM_MOE_OVERLAP"
 Level = Literal["off", "shared", "ubatch"]
 LEVELS: tuple[Level, ...] = ("off", "shared", "ubatch")
-READY: tuple[Level, ...] = ("off", "shared")  # levels whose engine side is wired
+READY: tuple[Level, ...] = ("off", "shared", "ubatch")  # levels whose engine side is wired
 
 
 class OverlapError(ValueError):
@@ -119,3 +120,14 @@ def output_rows(micro: MicroBatch) -> tuple[int, int]:
     """Rows of cpu_decode's shared fp32 output buffer this micro-batch writes:
     its own token rows, so two calls in flight never write the same rows."""
     return micro.tok_start, micro.tok_stop
+
+
+def micro_batch_token_budget(max_num_seqs: int, num_speculative_tokens: int, max_num_batched_tokens: int) -> int:
+    """max_num_batched_tokens of the micro-batches' attention-metadata builders:
+    the most tokens a decode graph holds, max_num_seqs x (1+K), never more
+    than the engine's own budget. Buffers sized by the engine's budget (C128A
+    top-k tables of DeepSeek-V4: tokens x max_model_len/128) would otherwise
+    cost a 32 GB GPU hundreds of MB for each extra builder."""
+    if max_num_seqs < 1 or num_speculative_tokens < 0:
+        raise ValueError(f"max_num_seqs={max_num_seqs}, K={num_speculative_tokens}: out of range")
+    return min(max_num_batched_tokens, max_num_seqs * (1 + num_speculative_tokens))

@@ -13,9 +13,8 @@ query_start_loc by the prefix [0, n+1) (uniform, so [0, q, 2q, ...] is right
 for either micro-batch). The per-micro-batch builders then write their own
 persistent buffers from these views at capture and again before each replay.
 
-Not wired yet: nothing calls this module while the level is refused
-(docs/overlap-design.md, "What remains"). Only torch is imported, so the unit
-tests check the views on the CPU."""
+The engine side (builders, capture, replay, the threads) is ubatch_split.py;
+this module imports only torch, so the unit tests check it on the CPU."""
 
 import dataclasses
 from typing import Any
@@ -54,6 +53,50 @@ def micro_batch_metadata(common: Any, micro: MicroBatch, query_len: int) -> Any:
             raise ValueError(f"{name} is set: not a pure decode batch, which is never split")
     return dataclasses.replace(common, num_reqs=micro.num_reqs, num_actual_tokens=micro.num_tokens,
                                max_query_len=query_len, **fields)
+
+
+def rebase_query_start(query_start_loc: torch.Tensor, micro: MicroBatch, out: torch.Tensor) -> torch.Tensor:
+    """The second micro-batch's own query_start_loc, written into a persistent
+    buffer (out) that a graph captured once and reads at every replay: the
+    batch's entries of its requests less the first. Unlike the prefix view it
+    stays right when the graph pads requests (a padded request has no tokens:
+    v2 writes num_tokens past the real ones), so padding never gives a padded
+    request of the second micro-batch a query it does not have."""
+    n = micro.num_reqs
+    part = query_start_loc[micro.req_start:micro.req_stop + 1]
+    if part.numel() != n + 1 or out.numel() < n + 1:
+        raise ValueError(f"query_start_loc has {query_start_loc.numel()} entries, buffer {out.numel()}: "
+                         f"requests [{micro.req_start}, {micro.req_stop}) do not fit")
+    torch.sub(part, part[:1], out=out[:n + 1])
+    return out[:n + 1]
+
+
+def micro_batch_inputs(model_inputs: dict[str, Any], micro: MicroBatch) -> dict[str, Any]:
+    """The model's keyword inputs for one micro-batch: token-indexed tensors cut
+    to its rows (views), positions of multi-axis RoPE ([axes, tokens]) by
+    column, anything else (None, IntermediateTensors of PP>1, never split)
+    as it is."""
+    out: dict[str, Any] = {}
+    for name, value in model_inputs.items():
+        if isinstance(value, torch.Tensor):
+            cols = name == "positions" and value.dim() == 2
+            out[name] = value[:, micro.tok_start:micro.tok_stop] if cols else micro_batch_rows(value, micro)
+        else:
+            out[name] = value
+    return out
+
+
+def join_outputs(outputs: list[Any]) -> Any:
+    """The micro-batches' model outputs as one batch's, in token order: a
+    tensor, or (hidden states, [aux hidden states]) as EAGLE-3-style models
+    return them."""
+    if all(isinstance(x, torch.Tensor) for x in outputs):
+        return torch.cat(outputs)
+    if all(isinstance(x, tuple) and len(x) == 2 for x in outputs):
+        hidden = torch.cat([x[0] for x in outputs])
+        aux = [torch.cat(parts) for parts in zip(*(x[1] for x in outputs), strict=True)]
+        return hidden, aux
+    raise TypeError(f"cannot join micro-batch outputs of types {[type(x).__name__ for x in outputs]}")
 
 
 def micro_batch_rows(tensor: torch.Tensor, micro: MicroBatch) -> torch.Tensor:
