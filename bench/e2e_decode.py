@@ -227,7 +227,8 @@ def predictions(res: Results, n: int, seconds: list[float], measured: dict[str, 
     for phase in PHASES:
         rate = acceptance(cells, phase) or 0.0
         own = [step_ms(res, n, f"fixed {d}", d, (phase,)) / 1000 for d in range(K + 1)]
-        pooled, by_phase = (sim.compare(costs, {phase: rate}, {phase: tokens}, seeds, requests=n, phases=(phase,))
+        pooled, by_phase = (sim.compare(costs, {phase: rate}, {phase: tokens}, seeds, requests=n, phases=(phase,),
+                                        step_cost=res.spec.get("adaptive_step_cost"))  # as the engine started it
                             for costs in (seconds, own))
         for policy in pooled:
             got, want, alone = measured[phase][policy], pooled[policy][phase], by_phase[policy][phase]
@@ -277,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         print("acceptance at depth 2 (vLLM's metrics): " + ", ".join(
             f"{phase} {acceptance(cells, phase):.3f} (set {spec['acceptance_set'][phase]})"
             for phase in PHASES))
+        start = spec.get("adaptive_step_cost")
+        print("adaptive started from " + (f"the run's measure profile: step_cost {start}" if start else
+                                          "no step costs (it timed them itself)"))
         misses: list[str] = []
         for n in sorted({k[1] for k in cells}):
             measured = {}

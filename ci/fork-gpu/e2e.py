@@ -175,6 +175,7 @@ def main() -> dict:
               "async_scheduling": bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
               "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
               "tag": TAG, "overlap": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
+              "adaptive_step_cost": adaptive_step_cost(),
               "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
     log = StepLog(scheduler, lag=2 if result["async_scheduling"] else 1)
@@ -205,11 +206,18 @@ def main() -> dict:
     return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm)}
 
 
+def adaptive_step_cost() -> list[float] | None:
+    """The step costs adaptive starts from: those of this run's `measure` profile, as
+    `plan --measure --launch` gives them to the user's engine (None: measure was skipped)."""
+    path = OUTDIR / "measure.json"
+    return json.loads(path.read_text())["draft_depth"]["step_cost"] if path.is_file() else None
+
+
 def chosen_policies() -> list[tuple[str, dict]]:
     """depth_sim's policies, or those E2E_POLICIES names (an unknown name fails the run)."""
     from vllm.ds4x import depth_sim
 
-    every = depth_sim.policies(K)
+    every = depth_sim.policies(K, adaptive_step_cost())
     names = [n.strip() for n in os.environ.get("E2E_POLICIES", "").split(",") if n.strip()]
     if unknown := [n for n in names if n not in every]:
         raise ValueError(f"E2E_POLICIES: unknown {unknown}; known: {list(every)}")

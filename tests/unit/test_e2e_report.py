@@ -137,3 +137,29 @@ def test_the_committed_h200_runs_pass_their_checks(capsys: pytest.CaptureFixture
     assert e2e_decode.main([str(results / "h200-e2e-adaptive"), "--seeds", "4", "--spec-only"]) == 0
     out = capsys.readouterr().out
     assert any(line.startswith("adaptive") and "71.90 [69.35-74.45]" in line for line in out.splitlines())
+
+
+def test_adaptive_is_simulated_as_the_engine_started_it(runs: tuple[dict[str, Any], dict[str, Any]],
+                                                        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose adaptive started from measure's step costs (e2e.py: adaptive_step_cost) is
+    predicted with the same start; the report says which start it was."""
+    predicted = {}
+    for start in (None, [1.0, 2.2, 2.98]):
+        nospec, spec = copy.deepcopy(runs)
+        spec["adaptive_step_cost"] = start
+        write(tmp_path, nospec, spec)
+        assert e2e_decode.main([str(tmp_path), "--seeds", "2"]) == 0
+        out = capsys.readouterr().out
+        said = "step_cost [1.0, 2.2, 2.98]" if start else "no step costs (it timed them itself)"
+        assert f"adaptive started from {'the run' + chr(39) + 's measure profile: ' if start else ''}{said}" in out
+        predicted[bool(start)] = [line.split()[3] for line in out.splitlines() if line.startswith("adaptive ")
+                                  and len(line.split()) > 4 and line.split()[1] in ("reasoning", "answer")]
+    assert predicted[True] != predicted[False]  # the start changes adaptive's prediction
+
+
+def test_policies_give_adaptive_its_start() -> None:
+    sim = e2e_decode.sim
+    assert "step_cost" not in sim.policies(2)["adaptive"]
+    assert sim.policies(2, [1.0, 2.0, 3.0])["adaptive"] == {"policy": "adaptive", "min_depth": 0,
+                                                            "step_cost": [1.0, 2.0, 3.0]}
+    assert sim.policies(2, [1.0, 2.0, 3.0])["fixed 1"] == sim.policies(2)["fixed 1"]

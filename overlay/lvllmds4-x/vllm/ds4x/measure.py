@@ -432,16 +432,22 @@ def layer_to_time(args: argparse.Namespace) -> tuple[dict[str, Any], str, int, i
     return spec, fmt, len(shape.moe_layers), need
 
 
+def step_cost(seconds: list[float]) -> list[float]:
+    """A step's cost by tokens verified, relative to one token: what adaptive starts from."""
+    return [round(s / seconds[0], 4) for s in seconds]
+
+
 def predict(args: argparse.Namespace, best: dict[str, Any], moe_layers: int) -> dict[int, Any]:
     """depth_sim's tok/s per policy on the measured curve, for one request and --max-num-seqs."""
     from . import depth_sim
 
     acceptance = {"reasoning": args.acceptance[0], "answer": args.acceptance[1]}
+    prior = step_cost(step_seconds(best, args.num_speculative_tokens, moe_layers, args.gpu_ms))
     predicted = {}
     for requests in sorted({1, args.max_num_seqs}):
         costs = step_seconds(best, args.num_speculative_tokens, moe_layers, args.gpu_ms, requests)
         predicted[requests] = depth_sim.compare(costs, acceptance, {"reasoning": 3000, "answer": 800}, seeds=10,
-                                                requests=requests)
+                                                requests=requests, step_cost=prior)  # as the profile starts it
         print(f"\npredicted, {requests} running request(s), the rest of a step {' / '.join(map(str, args.gpu_ms))} "
               f"ms, acceptance {acceptance['reasoning']:.0%} reasoning / {acceptance['answer']:.0%} answer:")
         print("\n".join(depth_sim.table(predicted[requests])))
@@ -453,7 +459,7 @@ def write_profile(args: argparse.Namespace, best: dict[str, Any], runs: list[dic
     """ds4x-step-cost.json: the draft_depth object adaptive starts from, and what was measured."""
     k = args.num_speculative_tokens
     seconds = step_seconds(best, k, moe_layers, args.gpu_ms)
-    draft_depth = {"policy": "adaptive", "step_cost": [round(s / seconds[0], 4) for s in seconds]}
+    draft_depth = {"policy": "adaptive", "step_cost": step_cost(seconds)}
     profile = {"draft_depth": draft_depth,
                "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
                             "step_seconds": seconds, "gpu_ms": args.gpu_ms,

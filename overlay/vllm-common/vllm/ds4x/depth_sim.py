@@ -42,15 +42,18 @@ def conditional(acceptance: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def policies(k: int) -> dict[str, dict[str, Any] | None]:
-    """fixed 0..K, phase 1/K and 0/K, adaptive: the draft_depth objects."""
+def policies(k: int, step_cost: Sequence[float] | None = None) -> dict[str, dict[str, Any] | None]:
+    """fixed 0..K, phase 1/K and 0/K, adaptive: the draft_depth objects; adaptive
+    starts from `step_cost` when given (the relative step costs of a `measure`
+    profile, as `plan --measure --launch` gives it to the engine)."""
     named: dict[str, dict[str, Any] | None] = {
         f"fixed {d}": {"policy": "phase", "reasoning_depth": d, "answer_depth": d} for d in range(k)
     }
     named[f"fixed {k}"] = None
     named[f"phase 1/{k}"] = {"policy": "phase", "reasoning_depth": 1, "answer_depth": k}
     named[f"phase 0/{k}"] = {"policy": "phase", "reasoning_depth": 0, "answer_depth": k}
-    named["adaptive"] = {"policy": "adaptive", "min_depth": 0}
+    start = {} if step_cost is None else {"step_cost": list(step_cost)}
+    named["adaptive"] = {"policy": "adaptive", "min_depth": 0, **start}
     return named
 
 
@@ -92,11 +95,12 @@ def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], accep
 
 
 def compare(costs: Sequence[float], acceptance: dict[str, float], tokens: dict[str, int],
-            seeds: int, requests: int = 1, phases: Sequence[str] = PHASES) -> dict[str, dict[str, float]]:
+            seeds: int, requests: int = 1, phases: Sequence[str] = PHASES,
+            step_cost: Sequence[float] | None = None) -> dict[str, dict[str, float]]:
     """Mean tok/s per phase of every policy, over `seeds` runs (costs: for a
-    batch of `requests`; see simulate)."""
+    batch of `requests`; see simulate; `step_cost`: adaptive's start, see policies)."""
     results = {}
-    for name, config in policies(len(costs) - 1).items():
+    for name, config in policies(len(costs) - 1, step_cost).items():
         runs = [simulate(config, costs, acceptance, tokens, random.Random(seed), requests, phases)
                 for seed in range(seeds)]
         results[name] = {phase: sum(r[phase] for r in runs) / seeds for phase in phases}
