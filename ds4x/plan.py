@@ -290,7 +290,8 @@ def overlap_lines(args: argparse.Namespace, profile: dict[str, Any]) -> list[str
     overlap = sim.Overlap(mode=args.overlap, outside_ms=args.overlap_outside_ms, ubatch_gpu=args.ubatch_gpu)
     acceptance = dict(zip(("reasoning", "answer"), args.acceptance))
     lines = sim.overlap_report(curve, layers, args.gpu_ms, args.max_num_seqs, args.num_speculative_tokens,
-                               acceptance, {"reasoning": 3000, "answer": 800}, 10, overlap)
+                               acceptance, {"reasoning": 3000, "answer": 800}, 10, overlap,
+                               step_cost=profile["draft_depth"]["step_cost"])  # as measure's own table
     return ["predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), " + lines[0], *lines[1:]]
 
 

@@ -129,9 +129,11 @@ def cpu_stream() -> torch.cuda.Stream:
 def splitting() -> bool:
     """True in ubatch_split's threads while they run a micro-batched step (and
     only there: model runner v1's own DBO threads never set the flag)."""
+    if not _splitting:  # the default path: no import, no lookup
+        return False
     from vllm.v1.worker.ubatching import dbo_enabled
 
-    return _splitting and dbo_enabled()
+    return bool(dbo_enabled())
 
 
 @contextlib.contextmanager

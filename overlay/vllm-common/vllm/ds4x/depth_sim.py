@@ -236,14 +236,16 @@ def overlap_table(off: dict[str, dict[str, float]], on: dict[str, dict[str, floa
 
 
 def overlap_report(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], requests: int, k: int,
-                   acceptance: dict[str, float], tokens: dict[str, int], seeds: int, overlap: Overlap) -> list[str]:
+                   acceptance: dict[str, float], tokens: dict[str, int], seeds: int, overlap: Overlap,
+                   step_cost: Sequence[float] | None = None) -> list[str]:
     """Steps and tok/s per policy and phase at `requests`, off against `overlap`
-    (the micro-batch model; the per-depth lines add the issue's bound)."""
+    (the micro-batch model; the per-depth lines add the issue's bound; `step_cost`:
+    adaptive's start, see policies)."""
     if requests < 2:
         return [ONE_REQUEST]
     lines = [f"{requests} running requests, LVLLM_MOE_OVERLAP={overlap.mode} (outside the layers "
              f"{overlap.outside_ms} ms, a micro-batch's GPU part {overlap.ubatch_gpu} of the batch's):"]
     lines += step_lines(curve, layers, rest_ms, requests, k, overlap)
-    results = [compare(step_seconds(curve, layers, rest_ms, requests, k, o), acceptance, tokens, seeds, requests)
-               for o in (Overlap(), overlap)]
+    results = [compare(step_seconds(curve, layers, rest_ms, requests, k, o), acceptance, tokens, seeds, requests,
+                       step_cost=step_cost) for o in (Overlap(), overlap)]
     return lines + overlap_table(*results)

@@ -184,7 +184,8 @@ class DraftDepthScheduling:
     def _read_output(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any], stats: Any) -> None:
         ids, sampled = runner_output.req_ids, runner_output.sampled_token_ids
         spec = scheduler_output.scheduled_spec_decode_tokens
-        self._drafted = drafted = uniform_drafts(spec, ids, stats)
+        # drafts the grammar refused are out of vLLM's stats: then each request's own drafts say
+        self._drafted = drafted = None if scheduler_output.num_invalid_spec_tokens else uniform_drafts(spec, ids, stats)
         if spec:
             self.strategy.learn(ids, spec, self._lengths, drafted)
             if stats is not None:
