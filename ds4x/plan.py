@@ -40,7 +40,6 @@ def measure_module() -> ModuleType:
 
 KV_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "fp8_e5m2", "auto", "bf16", "bfloat16")
 _MAX_TEXT = 40  # longer values are cut in messages
-MAX_MS = 60000  # a minute a step, as measure bounds --gpu-ms
 MAX_COUNT = 1e18  # routed tokens per expert: far above any trace, low enough that sums stay exact enough
 
 
@@ -78,25 +77,27 @@ def count(low: int) -> Any:
     return parse
 
 
+def _float(text: str) -> float | None:
+    """text as a number, None when it is not one (or too long to be one)."""
+    try:
+        return float(text) if len(text) <= _MAX_TEXT else None
+    except ValueError:
+        return None
+
+
 def fraction(text: str) -> float:
     """gpu_memory_utilization: in (0, 1]."""
-    try:
-        value = float(text) if len(text) <= _MAX_TEXT else None
-    except ValueError:
-        value = None
+    value = _float(text)
     if value is None or not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{_shown(text)}: expected a fraction in (0, 1], e.g. 0.92")
     return value
 
 
 def milliseconds(text: str) -> float:
-    """A duration in ms, 0 up to a minute (--overlap-outside-ms)."""
-    try:
-        value = float(text) if len(text) <= _MAX_TEXT else None
-    except ValueError:
-        value = None
-    if value is None or not 0 <= value <= MAX_MS:
-        raise argparse.ArgumentTypeError(f"{_shown(text)}: expected ms in 0..{MAX_MS}, e.g. 0.57")
+    """A duration in ms, 0 up to measure's bound on a step (--overlap-outside-ms)."""
+    value, most = _float(text), measure_module().MAX_GPU_MS
+    if value is None or not 0 <= value <= most:
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: expected ms in 0..{most}, e.g. 0.57")
     return value
 
 
@@ -289,8 +290,9 @@ def overlap_lines(args: argparse.Namespace, profile: dict[str, Any]) -> list[str
     curve, layers = sim.profile_curve(profile["measured"])
     overlap = sim.Overlap(mode=args.overlap, outside_ms=args.overlap_outside_ms, ubatch_gpu=args.ubatch_gpu)
     acceptance = dict(zip(("reasoning", "answer"), args.acceptance))
+    measure = measure_module()
     lines = sim.overlap_report(curve, layers, args.gpu_ms, args.max_num_seqs, args.num_speculative_tokens,
-                               acceptance, {"reasoning": 3000, "answer": 800}, 10, overlap,
+                               acceptance, measure.PREDICT_TOKENS, measure.PREDICT_SEEDS, overlap,
                                step_cost=profile["draft_depth"]["step_cost"])  # as measure's own table
     return ["predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), " + lines[0], *lines[1:]]
 

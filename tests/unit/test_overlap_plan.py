@@ -25,12 +25,6 @@ def test_bad_level_names_the_variable_and_choices(value: str) -> None:
     assert str(e.value) == f"LVLLM_MOE_OVERLAP={value!r}: expected one of off, shared, ubatch"
 
 
-def test_a_level_not_ready_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(op, "READY", ("off", "shared"))
-    with pytest.raises(op.OverlapError, match="'ubatch': not available yet"):
-        op.parse_level("ubatch")
-
-
 @pytest.mark.parametrize(("seqs", "k", "engine", "budget"), [(2, 2, 8192, 6), (4, 0, 512, 4), (256, 3, 512, 512)])
 def test_micro_batch_builders_get_a_decode_graphs_tokens(seqs: int, k: int, engine: int, budget: int) -> None:
     assert op.micro_batch_token_budget(seqs, k, engine) == budget
@@ -87,9 +81,10 @@ def test_query_start_loc_prefix_is_each_micro_batch_own(num_reqs: int, q: int) -
         assert batch[start:stop] == own
 
 
-def test_output_rows_do_not_overlap() -> None:
+def test_token_rows_do_not_overlap() -> None:
+    """Each micro-batch's token rows (its rows of cpu_decode's shared output too)."""
     a, b = op.split_uniform(2, 3)
-    assert op.output_rows(a) == (0, 3) and op.output_rows(b) == (3, 6)
+    assert (a.tok_start, a.tok_stop) == (0, 3) and (b.tok_start, b.tok_stop) == (3, 6)
 
 
 SHAPE = {"v2_runner": True, "data_parallel": 1, "pipeline_parallel": 1, "full_decode_graph": True, "num_reqs": 2,

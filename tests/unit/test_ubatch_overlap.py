@@ -19,6 +19,14 @@ op = load_module("lvllmds4-x/vllm/ds4x/overlap_plan.py")
 ub = load_module("lvllmds4-x/vllm/ds4x/ubatch_overlap.py")
 
 
+def same_storage(view: Any, base: Any) -> bool:
+    """Whether a view lies inside base's memory: what a graph needs of it."""
+    start: int = base.data_ptr()
+    end = start + base.numel() * base.element_size()
+    first: int = view.data_ptr()
+    return start <= first and first + view.numel() * view.element_size() <= end
+
+
 @dataclasses.dataclass
 class Common:  # CommonAttentionMetadata's fields, as the fork has them
     query_start_loc: Any
@@ -75,7 +83,7 @@ def test_each_micro_batch_is_views_with_its_own_counts(num_reqs: int, q: int) ->
         assert m.positions.tolist() == list(range(micro.tok_start, micro.tok_stop))
         for name, base in (("query_start_loc", "qsl"), ("seq_lens", "seq_lens"),
                            ("block_table_tensor", "block_table"), ("slot_mapping", "slots"), ("positions", "positions")):
-            assert ub.same_storage(getattr(m, name), buffers[base]), name
+            assert same_storage(getattr(m, name), buffers[base]), name
 
 
 def test_a_write_before_replay_shows_through_the_views() -> None:
@@ -93,7 +101,7 @@ def test_micro_batch_rows_are_views() -> None:
     _, b = op.split_uniform(2, 3)
     ub.micro_batch_rows(hidden, b).fill_(1)
     assert hidden[:3].sum() == 0 and hidden[3:].sum() == 12
-    assert not ub.same_storage(torch.zeros(3, 4), hidden)
+    assert not same_storage(torch.zeros(3, 4), hidden)
 
 
 def test_a_batch_with_prefill_only_fields_is_refused() -> None:
@@ -113,7 +121,7 @@ def test_the_second_micro_batch_query_start_is_rebased_in_place(num_reqs: int, r
     view = ub.rebase_query_start(qsl, second, out)
     expect = [max(0, min(i, real) - second.req_start) * q for i in range(second.req_start, num_reqs + 1)]
     assert view.tolist() == expect
-    assert ub.same_storage(view, out) and out[len(expect):].tolist() == [-1] * (8 - len(expect))
+    assert same_storage(view, out) and out[len(expect):].tolist() == [-1] * (8 - len(expect))
 
 
 def test_a_query_start_buffer_too_small_is_refused() -> None:
@@ -127,7 +135,7 @@ def test_model_inputs_are_cut_to_the_micro_batch() -> None:
     inputs = {"input_ids": torch.arange(6), "positions": torch.arange(12).view(2, 6), "inputs_embeds": None}
     cut = ub.micro_batch_inputs(inputs, b)
     assert cut["input_ids"].tolist() == [4, 5] and cut["positions"].tolist() == [[4, 5], [10, 11]]
-    assert cut["inputs_embeds"] is None and ub.same_storage(cut["input_ids"], inputs["input_ids"])
+    assert cut["inputs_embeds"] is None and same_storage(cut["input_ids"], inputs["input_ids"])
 
 
 def test_outputs_join_in_token_order() -> None:

@@ -43,6 +43,8 @@ MAX_JSON_BYTES = 16 * 2**20  # far above any config.json or routing statistics; 
 MAX_K, MAX_SEQS = 16, 1024  # the token counts timed grow as their product
 MAX_BUDGET_S, MAX_GPU_MS = 86400, 60000  # a day of timing; a minute per step
 MAX_THREADS_PER_CORE = 8  # LK_THREADS above the core count is the trap measured; far above it, a typo
+PREDICT_TOKENS = {"reasoning": 3000, "answer": 800}  # a request's tokens per phase in the predictions
+PREDICT_SEEDS = 10  # simulated runs a prediction averages
 DEFAULT_GPU_MS = 28.5  # the GPU side of DeepSeek-V4-Flash's K=2 step on an RTX 5090 (153.5 - 125.0 ms reported)
 
 
@@ -274,10 +276,11 @@ def step_seconds(run: dict[str, Any], k: int, moe_layers: int, rest_ms: list[flo
     """A step of `requests` requests verifying 1..K+1 tokens each: the measured
     CPU MoE part for every MoE layer (one call for all the step's tokens), plus
     the rest of the step (GPU side, drafter, scheduler), one figure for every
-    depth or one per depth."""
-    by_tokens = {case["tokens"]: case["ms"] for case in run["cases"]}
-    rest = rest_ms if len(rest_ms) == k + 1 else rest_ms[:1] * (k + 1)
-    return [(by_tokens[requests * (d + 1)] * moe_layers + rest[d]) / 1000 for d in range(k + 1)]
+    depth or one per depth: depth_sim's step without overlap."""
+    from . import depth_sim
+
+    curve = {case["tokens"]: case["ms"] for case in run["cases"]}
+    return depth_sim.step_seconds(curve, moe_layers, rest_ms, requests, k, depth_sim.Overlap())
 
 
 def plot(path: Path, runs: list[dict[str, Any]], moe_layers: int) -> None:
@@ -446,7 +449,7 @@ def predict(args: argparse.Namespace, best: dict[str, Any], moe_layers: int) -> 
     predicted = {}
     for requests in sorted({1, args.max_num_seqs}):
         costs = step_seconds(best, args.num_speculative_tokens, moe_layers, args.gpu_ms, requests)
-        predicted[requests] = depth_sim.compare(costs, acceptance, {"reasoning": 3000, "answer": 800}, seeds=10,
+        predicted[requests] = depth_sim.compare(costs, acceptance, PREDICT_TOKENS, seeds=PREDICT_SEEDS,
                                                 requests=requests, step_cost=prior)  # as the profile starts it
         print(f"\npredicted, {requests} running request(s), the rest of a step {' / '.join(map(str, args.gpu_ms))} "
               f"ms, acceptance {acceptance['reasoning']:.0%} reasoning / {acceptance['answer']:.0%} answer:")

@@ -25,7 +25,6 @@ from typing import Literal
 ENV = "LVLLM_MOE_OVERLAP"
 Level = Literal["off", "shared", "ubatch"]
 LEVELS: tuple[Level, ...] = ("off", "shared", "ubatch")
-READY: tuple[Level, ...] = ("off", "shared", "ubatch")  # levels whose engine side is wired
 
 
 class OverlapError(ValueError):
@@ -39,10 +38,8 @@ def parse_level(value: str | None) -> Level:
         return "off"
     for level in LEVELS:
         if text == level:
-            if level not in READY:
-                raise OverlapError(f"{ENV}={value!r}: not available yet (choose {' or '.join(READY)})")
             return level
-    raise OverlapError(f"{ENV}={value!r}: expected one of {', '.join(READY)}")
+    raise OverlapError(f"{ENV}={value!r}: expected one of {', '.join(LEVELS)}")
 
 
 def shares_beside_cpu_decode(level: Level) -> bool:
@@ -72,8 +69,8 @@ def split_uniform(num_reqs: int, query_len: int) -> tuple[MicroBatch, MicroBatch
     """Two micro-batches of a uniform decode batch (every request verifies
     query_len tokens), the first taking the larger half of the requests; None
     when it holds fewer than two requests. Slices fall on request boundaries,
-    so each micro-batch is uniform too and its query_start_loc is the batch's
-    own prefix [0, q, 2q, ...], a view that keeps its address in a graph."""
+    so each micro-batch is uniform too (its query_start_loc: query_start_loc_view
+    for the first, ubatch_overlap.rebase_query_start for the second)."""
     if query_len < 1:
         raise ValueError(f"query_len={query_len}: a decode step verifies at least one token")
     if num_reqs < 2:
@@ -110,16 +107,12 @@ def plan_split(level: Level, shape: StepShape) -> tuple[MicroBatch, MicroBatch] 
 
 
 def query_start_loc_view(micro: MicroBatch, query_len: int) -> tuple[int, int]:
-    """The slice [0, n+1) of the batch's query_start_loc that serves as this
-    micro-batch's own: uniform batches start every request at a multiple of
-    query_len, so the prefix is right for the second micro-batch as well."""
+    """The slice [0, n+1) of the batch's query_start_loc that serves as the first
+    micro-batch's own, a view that keeps its address in a graph. Uniform batches
+    start every request at a multiple of query_len, so the prefix holds the second
+    micro-batch's values too, but not once a graph pads requests (a padded request
+    has no tokens): the second gets ubatch_overlap.rebase_query_start instead."""
     return 0, micro.num_reqs + 1
-
-
-def output_rows(micro: MicroBatch) -> tuple[int, int]:
-    """Rows of cpu_decode's shared fp32 output buffer this micro-batch writes:
-    its own token rows, so two calls in flight never write the same rows."""
-    return micro.tok_start, micro.tok_stop
 
 
 def micro_batch_token_budget(max_num_seqs: int, num_speculative_tokens: int, max_num_batched_tokens: int) -> int:

@@ -9,8 +9,9 @@ new query_start_loc tensors, which a graph would not see refreshed. For a
 uniform decode batch split on request boundaries (overlap_plan.split_uniform)
 every field is a slice of the batch's buffers instead: request-indexed fields
 by the micro-batch's requests, token-indexed ones by its tokens, and
-query_start_loc by the prefix [0, n+1) (uniform, so [0, q, 2q, ...] is right
-for either micro-batch). The per-micro-batch builders then write their own
+query_start_loc by the prefix [0, n+1) (uniform: [0, q, 2q, ...]), which the
+second micro-batch replaces by its own rebased copy in a persistent buffer
+(rebase_query_start: right under padding too). The per-micro-batch builders then write their own
 persistent buffers from these views at capture and again before each replay.
 
 The engine side (builders, capture, replay, the threads) is ubatch_split.py;
@@ -104,10 +105,3 @@ def micro_batch_rows(tensor: torch.Tensor, micro: MicroBatch) -> torch.Tensor:
     hidden states, cpu_decode's fp32 output rows): a view, never a copy."""
     return tensor[micro.tok_start:micro.tok_stop]
 
-
-def same_storage(view: torch.Tensor, base: torch.Tensor) -> bool:
-    """Whether a view lies inside base's memory: what a graph needs of it."""
-    start: int = base.data_ptr()
-    end = start + base.numel() * base.element_size()
-    first: int = view.data_ptr()
-    return start <= first and first + view.numel() * view.element_size() <= end
