@@ -60,18 +60,10 @@ class Results:
         self.cells = self._by_cell()
 
     def _read(self, path: Path) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] = json.loads(path.read_text())
-            return data
-        except (OSError, ValueError) as e:
-            self.problems.append(f"{path.name}: {e}")
-            return {}
+        return read_json(path, self.problems) or {}
 
     def _engine(self, path: Path) -> dict[str, Any]:
-        run = self._read(path)
-        if run and not run.get("ok"):
-            self.problems.append(f"{path.name}: the engine did not finish: {str(run.get('error'))[:300]}")
-        return run
+        return read_engine(path, self.problems) or {}
 
     @property
     def ok(self) -> bool:
@@ -90,6 +82,34 @@ class Results:
         measured = self.profile["measured"]
         run = next(r for r in measured["runs"] if r["threads"] == measured["lk_threads"])
         return float(next(c["ms"] for c in run["cases"] if c["tokens"] == tokens))
+
+
+def read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    """A result file; unreadable: a problem, and None."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    except (OSError, ValueError) as e:
+        problems.append(f"{path.name}: {e}")
+        return None
+
+
+def read_engine(path: Path, problems: list[str]) -> dict[str, Any] | None:
+    """An engine's e2e-*.json (ci/fork-gpu/e2e.py); one that did not finish is a problem."""
+    run = read_json(path, problems)
+    if run is not None and not run.get("ok"):
+        problems.append(f"{path.name}: the engine did not finish: {str(run.get('error'))[:300]}")
+    return run
+
+
+def decode_problems(run: dict[str, Any], where: str) -> list[str]:
+    """What no engine's decode may show: eager decode steps, lk_moe's prefill path."""
+    problems = []
+    if eager := {k: v for k, v in run.get("decode_steps", {}).get("eager", {}).items() if v}:
+        problems.append(f"{where}: eager decode steps {eager}")
+    if run.get("lk_moe", {}).get("_cpu_prefill (decode)"):
+        problems.append(f"{where}: _cpu_prefill ran in decode steps")
+    return problems
 
 
 def check(res: Results) -> None:
@@ -115,8 +135,7 @@ def check(res: Results) -> None:
         if not run:
             continue  # no baseline asked for
         steps = run.get("decode_steps", {})
-        if sum(steps.get("eager", {}).values()):
-            res.problems.append(f"{run.get('mode')}: eager decode steps: {steps['eager']}")
+        res.problems += decode_problems(run, str(run.get("mode")))
         if missing := lengths - set(steps.get("graph", {})):
             res.problems.append(f"{run.get('mode')}: no graph replayed at query length(s) {sorted(missing)}")
     check_depths(res, cells)
@@ -125,9 +144,6 @@ def check(res: Results) -> None:
         res.problems.append(f"measure.json: no layer timing for {sorted(need)} tokens")
     if not res.spec.get("drafter_after", {}).get("1"):
         res.problems.append("the drafter replayed no graph after depth-0 steps")
-    for run in (res.nospec, res.spec):
-        if run.get("lk_moe", {}).get("_cpu_prefill (decode)"):
-            res.problems.append(f"{run.get('mode')}: _cpu_prefill ran in decode steps")
     for phase in phases:
         got = acceptance(cells, phase)
         want = res.spec.get("acceptance_set", {}).get(phase)

@@ -15,13 +15,14 @@ a query length replayed at one level and not at another, _cpu_prefill in decode.
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from bench.e2e_decode import decode_problems, read_engine
 
 BASE = "off"
 NAME = re.compile(r"e2e-(nospec|spec)-([a-z]+)\.json")
@@ -35,14 +36,8 @@ def load(resdir: Path, problems: list[str]) -> dict[str, dict[str, Run]]:
     for path in sorted(resdir.glob("e2e-*.json")):
         if not (match := NAME.fullmatch(path.name)):
             continue
-        try:
-            run = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            problems.append(f"{path.name}: {e}")
-            continue
-        if not run.get("ok"):
-            problems.append(f"{path.name}: the engine did not finish: {str(run.get('error'))[:300]}")
-        runs[match[1]][match[2]] = run
+        if (run := read_engine(path, problems)) is not None:
+            runs[match[1]][match[2]] = run
     if not runs:
         problems.append(f"no e2e-ENGINE-LEVEL.json in {resdir}")
     for engine, levels in runs.items():
@@ -65,10 +60,7 @@ def check(engine: str, levels: dict[str, Run], problems: list[str]) -> None:
         where = f"{engine} {level}"
         if run.get("overlap") != level:
             problems.append(f"{where}: the engine ran LVLLM_MOE_OVERLAP={run.get('overlap')}")
-        if eager := {k: v for k, v in run.get("decode_steps", {}).get("eager", {}).items() if v}:
-            problems.append(f"{where}: eager decode steps {eager}")
-        if run.get("lk_moe", {}).get("_cpu_prefill (decode)"):
-            problems.append(f"{where}: _cpu_prefill ran in decode steps")
+        problems += decode_problems(run, where)
         if replayed[level] != replayed.get(BASE, replayed[level]):
             problems.append(f"{where}: graphs replayed at query lengths {sorted(replayed[level])}, "
                             f"off at {sorted(replayed[BASE])}")
