@@ -26,6 +26,7 @@ under torch.profiler: OUTDIR/trace-MODE-xN-DEPTH.json.gz, a step's timeline on t
 experts).
 """
 
+import functools
 import json
 import os
 import statistics
@@ -206,6 +207,7 @@ def main() -> dict:
     return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm)}
 
 
+@functools.cache  # read once: the policies and the result record give the same start
 def adaptive_step_cost() -> list[float] | None:
     """The step costs adaptive starts from: those of this run's `measure` profile, as
     `plan --measure --launch` gives them to the user's engine (None: measure was skipped)."""
