@@ -5,6 +5,8 @@ length (and its CUDA graph)."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,3 +118,21 @@ def test_phase_counts_equal_what_each_request_verified(engine_checks: dict[str, 
     if policy == "phase 0/2":  # reasoning requests verify nothing: vllm:spec_decode_num_drafts_by_depth{depth="0"}
         assert run["expected"]["depths"].get("0"), run
     assert run["counted"] == run["expected"]
+
+
+GRAMMAR_REFUSED = """
+from vllm.ds4x.spec_scheduling import uniform_drafts
+from vllm.v1.spec_decode.metrics import SpecDecodingStats
+stats = SpecDecodingStats.new(2)
+for _ in range(2):  # each request drafted 2; the grammar refused the second: vLLM's stats count 1
+    stats.observe_draft(num_draft_tokens=1, num_accepted_tokens=1)
+spec, ids = {"a": [5, 6], "b": [7, 8]}, ["a", "b"]
+print(uniform_drafts(spec, ids, stats, None), uniform_drafts(spec, ids, stats, {"a": 1, "b": 1}))
+"""
+
+
+def test_a_step_with_drafts_the_grammar_refused_is_read_from_the_drafts(engine_python: Path) -> None:
+    """vLLM's stats leave out drafts the grammar refused: the depth a step verified then comes
+    from the drafts each request was scheduled with, not from the stats."""
+    done = subprocess.run([engine_python, "-c", GRAMMAR_REFUSED], capture_output=True, text=True, check=True)
+    assert done.stdout.split()[-2:] == ["1", "2"]

@@ -184,8 +184,7 @@ class DraftDepthScheduling:
     def _read_output(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any], stats: Any) -> None:
         ids, sampled = runner_output.req_ids, runner_output.sampled_token_ids
         spec = scheduler_output.scheduled_spec_decode_tokens
-        # drafts the grammar refused are out of vLLM's stats: then each request's own drafts say
-        self._drafted = drafted = None if scheduler_output.num_invalid_spec_tokens else uniform_drafts(spec, ids, stats)
+        self._drafted = drafted = uniform_drafts(spec, ids, stats, scheduler_output.num_invalid_spec_tokens)
         if spec:
             self.strategy.learn(ids, spec, self._lengths, drafted)
             if stats is not None:
@@ -260,13 +259,15 @@ class DraftDepthScheduling:
             stats.ds4x.observe(phase, chosen, drafted, count, accepted)
 
 
-def uniform_drafts(spec: dict[str, list[int]], ids: list[str], stats: Any) -> int | None:
+def uniform_drafts(spec: dict[str, list[int]], ids: list[str], stats: Any, refused: Any) -> int | None:
     """d when every request of the step verified d >= 1 drafts, else None: from
     vLLM's drafts per position when its stats counted every drafted request (all
-    reached position d - 1, none position d), else from the drafts themselves."""
+    reached position d - 1, none position d) and none was refused by the grammar
+    (`refused`: vLLM's num_invalid_spec_tokens; its stats leave those out), else
+    from the drafts themselves."""
     if not spec or len(spec) != len(ids):
         return None
-    if stats is not None and stats.num_drafts == len(spec):
+    if stats is not None and not refused and stats.num_drafts == len(spec):
         return even_depth(stats.num_draft_tokens_per_pos, stats.num_drafts) or None
     depth = max(map(len, spec.values()))
     return depth if depth == min(map(len, spec.values())) else None
