@@ -10,6 +10,12 @@ Fails closed (exit 1): no off run, a missing or failed engine, a cell of the off
 another level, greedy tokens that differ from the off run's in any cell, an eager decode step,
 a query length replayed at one level and not at another, _cpu_prefill in decode.
 
+Then the model (#20 item 4): depth_sim.step_ms at each level, fed RESDIR/measure.json's curve
+(the stand-in layer, measured in the same run) and the rest of the step measured at off (the
+step less its CPU experts), against the measured step; reported, not failed (the measurement is
+the figure), and said when measure.json is missing (runs from before ci/fork-gpu/e2e_overlap
+measured first).
+
     python -m bench.e2e_overlap RESDIR
 """
 
@@ -22,9 +28,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.e2e_decode import decode_problems, read_engine
+from bench.e2e_decode import decode_problems, read_engine, read_json, sim
 
 BASE = "off"
+PREDICTION_SLACK = 0.10
 NAME = re.compile(r"e2e-(nospec|spec)-([a-z]+)\.json")
 Run = dict[str, Any]
 Key = tuple[str, int, str, int]  # phase, requests, policy, round
@@ -117,6 +124,32 @@ def table(engine: str, levels: dict[str, Run]) -> list[str]:
     return lines
 
 
+def model(levels: dict[str, Run], measured: dict[str, Any]) -> list[str]:
+    """Predicted against measured step ms per level, policy, requests and depth."""
+    curve, layers = sim.profile_curve(measured)
+    steps = {level: medians(run) for level, run in levels.items()}
+    lines = [f"model: depth_sim.step_ms on measure's curve ({layers} layers) and the rest measured at {BASE}",
+             f"{'level':8} {'policy':10} {'requests':>8} {'depth':>5} {'measured':>9} {'predicted':>10} {'error':>7}"]
+    errors = []
+    for level, run in levels.items():
+        if level == BASE:
+            continue  # its rest is derived from it: predicted = measured by construction
+        tokens = int(run.get("ubatch_tokens", 1))  # runs from before it was recorded ran the default
+        overlap = sim.Overlap(mode="ubatch" if level == "ubatch" else "off", max_tokens=tokens)
+        for (policy, n, depth), off in sorted(steps[BASE].items()):
+            got = steps[level].get((policy, n, depth))
+            if got is None:
+                continue
+            query = int(depth) + 1
+            rest = off - curve[n * query] * layers
+            want = sim.step_ms(curve, layers, rest, n, query, overlap)
+            errors.append(abs(want / got - 1))
+            lines.append(f"{level:8} {policy:10} {n:8d} {depth:>5} {got:9.2f} {want:10.2f} {want / got - 1:+7.1%}")
+    lines.append(f"model within {PREDICTION_SLACK:.0%}: {sum(e <= PREDICTION_SLACK for e in errors)} of {len(errors)}"
+                 + (f" (largest error {max(errors):.1%})" if errors else ""))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -124,10 +157,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     problems: list[str] = []
     runs = load(Path(args[0]), problems)
+    profile = Path(args[0]) / "measure.json"
     for engine, levels in sorted(runs.items()):
         check(engine, levels, problems)
         if BASE in levels:
             print("\n".join(table(engine, levels)) + "\n")
+            if not profile.is_file():
+                print(f"model: not checked, no {profile.name} in {args[0]}\n")
+            elif (measured := read_json(profile, problems)) is not None and not problems:
+                print("\n".join(model(levels, measured["measured"])) + "\n")
     for engine, levels in sorted(runs.items()):
         for level, run in levels.items():
             print(f"{engine} {level}: LVLLM_MOE_OVERLAP={run.get('overlap')}, start {run.get('init_s')} s, "

@@ -176,6 +176,7 @@ def main() -> dict:
               "async_scheduling": bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
               "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
               "tag": TAG, "overlap": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
+              "ubatch_tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
               "adaptive_step_cost": adaptive_step_cost(),
               "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
@@ -208,7 +209,7 @@ def main() -> dict:
 
 
 @functools.cache  # read once: the policies and the result record give the same start
-def adaptive_step_cost() -> list[float] | None:
+def adaptive_step_cost() -> list[float] | dict[str, list[float]] | None:
     """The step costs adaptive starts from: those of this run's `measure` profile, as
     `plan --measure --launch` gives them to the user's engine (None: measure was skipped)."""
     path = OUTDIR / "measure.json"

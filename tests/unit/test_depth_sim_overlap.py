@@ -64,6 +64,46 @@ def test_two_micro_batches_on_the_h200_curve() -> None:
     assert sim.step_ms(H200, 43, 400.0, 2, 1, halved) < sim.step_ms(H200, 43, 400.0, 2, 1, sim.Overlap())
 
 
+# the H200 stand-in's bf16 layer at LK_THREADS=12 (bench/results/h200-e2e/measure.json), rounded
+STAND_IN = {1: 1.18, 2: 2.60, 3: 3.52, 4: 4.53, 6: 6.30}
+
+
+@pytest.mark.parametrize(("curve", "hidden", "tokens"), [
+    (STAND_IN, 0.0, 1),  # 2 x 1.18 < 2.60, but 2 x 2.60 > 4.53
+    (STAND_IN, 0.7, 2),  # a heavier GPU part a layer pays for the second split
+    (H200, 0.0, 3),
+    ({1: 1.0, 2: 1.5}, 0.4, 0),  # lk_moe nearly free for a second token: no split pays
+    ({1: 1.0, 2: 3.0, 3: 3.5, 4: 5.0}, 0.0, 1),  # the first loss ends the advice
+])
+def test_ubatch_tokens_is_where_two_calls_cost_less_than_one(curve: dict[int, float], hidden: float,
+                                                             tokens: int) -> None:
+    assert sim.ubatch_tokens(curve, hidden) == tokens
+
+
+def test_a_step_splits_only_up_to_the_advised_tokens() -> None:
+    """The H200 stand-in at two requests: depth 0 splits (two 1-token calls), depth 2 runs whole,
+    as the engine does at LVLLM_MOE_UBATCH_TOKENS=1."""
+    ubatch = sim.Overlap(mode="ubatch", outside_ms=0.5)
+    assert sim.step_ms(STAND_IN, 12, 2.5, 2, 1, ubatch) < sim.step_ms(STAND_IN, 12, 2.5, 2, 1, sim.Overlap())
+    assert sim.step_ms(STAND_IN, 12, 2.5, 2, 3, ubatch) == sim.step_ms(STAND_IN, 12, 2.5, 2, 3, sim.Overlap())
+    forced = sim.Overlap(mode="ubatch", outside_ms=0.5, max_tokens=3)  # what the engine did before: slower
+    assert sim.step_ms(STAND_IN, 12, 2.5, 2, 3, forced) > sim.step_ms(STAND_IN, 12, 2.5, 2, 3, sim.Overlap())
+
+
+def test_report_says_when_no_split_pays() -> None:
+    lines = sim.overlap_report({1: 1.0, 2: 1.5}, 12, [2.0], 2, 1, ACCEPTANCE, {"reasoning": 20, "answer": 20}, 1,
+                               UBATCH)
+    assert len(lines) == 1 and lines[0].endswith("leave LVLLM_MOE_OVERLAP off")
+
+
+def test_measure_advises_the_variable_from_its_curve() -> None:
+    run = {"cases": [{"tokens": n, "ms": ms} for n, ms in STAND_IN.items()]}
+    assert measure.ubatch_advice(run, 0.0, 12).endswith("LVLLM_MOE_OVERLAP=ubatch LVLLM_MOE_UBATCH_TOKENS=1")
+    assert measure.ubatch_advice(run, sim.OUTSIDE_MS + 12 * 0.7, 12).endswith("LVLLM_MOE_UBATCH_TOKENS=2")
+    flat = {"cases": [{"tokens": 1, "ms": 1.0}, {"tokens": 2, "ms": 1.5}]}
+    assert measure.ubatch_advice(flat, 0.0, 12).endswith("leave LVLLM_MOE_OVERLAP off")
+
+
 def test_three_requests_split_two_and_one() -> None:
     step = sim.step_ms(H200, 2, 0.0, 3, 1, sim.Overlap(mode="ubatch", outside_ms=0.0))
     assert step == pytest.approx(2 * (H200[2] + H200[1]))
@@ -125,7 +165,7 @@ def test_plan_reports_at_max_num_seqs_with_measures_inputs() -> None:
     written = {"draft_depth": {"policy": "adaptive", "step_cost": [1.0, 2.17, 3.06]}, "measured": profile()}
     lines = plan.overlap_lines(args, written)
     assert lines[0] == ("predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), 2 running requests, "
-                        "LVLLM_MOE_OVERLAP=ubatch (outside the layers 0.0 ms, a micro-batch's GPU part 1.0 of the "
+                        "LVLLM_MOE_OVERLAP=ubatch LVLLM_MOE_UBATCH_TOKENS=3 (outside the layers 0.0 ms, a micro-batch's GPU part 1.0 of the "
                         "batch's):")
     assert "fixed 0" in lines[-6] and "adaptive" in lines[-1]
     args.max_num_seqs = 1

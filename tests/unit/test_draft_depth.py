@@ -6,6 +6,7 @@ name requests by id through tests/unit/depth_by_id.py."""
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -322,6 +323,66 @@ def test_step_costs_are_per_batch_size() -> None:
     costs.observe(1, 0.070, requests=4)  # 4: fewer than min_samples, so the nearest timed batch (2) answers
     assert costs.relative()[0] == pytest.approx(0.035)
     assert costs.unmeasured() == [1, 2, 3]
+
+
+# measure's step costs by running requests on the H200 stand-in (its 12-layer curve at
+# LK_THREADS=12): the shape changes with the batch
+MEASURED_COST = {"1": [1.0, 2.0529, 2.8258], "2": [1.0, 1.6217, 2.1638]}
+H200_RUN_S = {1: [0.0167, 0.0349, 0.0475], 2: [0.0344, 0.0557, 0.0745]}  # the same run's steps by depth
+
+
+def answering_two(policy: Any) -> list[int]:
+    """200 steps of two answering requests (acceptance ~0.93 a position, ~0.88 at K=2), timed as
+    the H200 run timed them."""
+    for name in ("x", "y"):
+        policy.add(name, [THINK, END_THINK], None)
+    depths = []
+    for step in range(200):
+        depth = max(policy.depth(n) for n in ("x", "y"))
+        depths.append(depth)
+        policy.policy.costs.observe(depth + 1, H200_RUN_S[2][depth], 2)
+        for i, name in enumerate(("x", "y")):
+            accepted = sum(itertools.accumulate(((step * 7 + i * 3 + j) % 50 < 47 for j in range(depth)),
+                                                lambda a, b: a and b))
+            policy.on_verified(name, depth, accepted)
+            policy.on_tokens(name, [5] * (1 + accepted))
+        policy.step()
+    return depths
+
+
+def test_a_start_by_batch_size_prices_two_requests_as_two() -> None:
+    """The H200 rerun's defect: adaptive started from one request's step costs (depth 2 at
+    2.83x depth 0) answered two requests at depths 0 and 1, 0.84x fixed 2, where two requests
+    cost 2.16x. Started from measure's costs by batch size it answers at depth 2 once its first two
+    holds end (depths 0, then 1). No exploration (explore_steps 0), so the start alone prices depth 2."""
+    by_batch = answering_two(by_id({"policy": "adaptive", "step_cost": MEASURED_COST, "explore_steps": 0}))
+    assert by_batch[40:].count(2) == 160
+    one_list = answering_two(by_id({"policy": "adaptive", "step_cost": MEASURED_COST["1"], "explore_steps": 0}))
+    assert one_list.count(2) == 0
+
+
+def test_step_cost_by_batch_size_is_read_and_checked() -> None:
+    config = dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": MEASURED_COST}, 2)
+    assert config.step_costs() == {1: (1.0, 2.0529, 2.8258), 2: (1.0, 1.6217, 2.1638)}
+    assert dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": [1, 2, 3]}, 2).step_costs() == {
+        0: (1.0, 2.0, 3.0)}
+    costs = est.StepCosts(prior=[1.0, 1.0, 1.0], by_batch={2: [1.0, 1.6, 2.2]})
+    for _ in range(3):
+        costs.observe(1, 0.016)
+    assert costs.relative() == pytest.approx([0.016, 0.016, 0.016])  # one request: the flat prior scaled
+    costs.observe(1, 0.034, requests=2)
+    assert costs.relative() == pytest.approx([1.0, 1.6, 2.2])  # two: its own prior, not one request's timings
+
+
+@pytest.mark.parametrize(("step_cost", "message"), [
+    ({"2": [1, 2]}, "step_cost[2]: expected 3 positive costs"),
+    ({"0": [1, 2, 3]}, "step_cost: keys are running requests, 1 or more"),
+    ({}, "step_cost: keys are running requests, 1 or more"),
+    ({"two": [1, 2, 3]}, "step_cost: expected a list of costs or {\"REQUESTS\": [costs]}"),
+])
+def test_a_bad_step_cost_by_batch_size_is_named(step_cost: Any, message: str) -> None:
+    with pytest.raises(dd.DraftDepthError, match=re.escape(f"speculative_config.draft_depth.{message}")):
+        dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": step_cost}, 2)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bench import e2e_overlap
+from bench import e2e_decode, e2e_overlap
 
 STEP = {"off": {1: 16.0, 2: 33.0}, "shared": {1: 15.6, 2: 32.5}}
 
@@ -89,3 +89,29 @@ def test_the_committed_h200_run_passes_its_checks(capsys: pytest.CaptureFixture[
     lines = capsys.readouterr().out.splitlines()
     assert any(line.split() == ["fixed", "0", "1", "0", "19.24", "20.10", "-0.86", "-4.5%"] for line in lines)
     assert "tokens equal to off in every cell, graphs only: yes" in lines
+
+
+def test_the_model_is_held_to_the_measured_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """measure.json beside the runs: depth_sim.step_ms on its curve and the rest measured at off,
+    against each other level's measured step, split as the engine's LVLLM_MOE_UBATCH_TOKENS says.
+    One layer, curve 10 / 18 ms for 1 / 2 tokens: at 2 requests and depth 0 the step splits, so
+    the rest at off (33 - 18) less outside_ms runs once a micro-batch, then one 1-token CPU part."""
+    measured = {"lk_threads": 12, "step_seconds": [0.0130], "gpu_ms": [3.0],
+                "runs": [{"threads": 12, "cases": [{"tokens": n, "ms": ms}
+                                                   for n, ms in ((1, 10.0), (2, 18.0), (3, 26.0), (6, 56.0))]}]}
+    (tmp_path / "measure.json").write_text(json.dumps({"measured": measured}))
+    off, ubatch = run("off"), {**run("shared"), "overlap": "ubatch", "ubatch_tokens": "1"}
+    assert e2e_overlap.main([str(write(tmp_path, {"off": off, "ubatch": ubatch}))]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    outside = e2e_decode.sim.OUTSIDE_MS
+    split = 2 * (33.0 - 18.0 - outside) + 10.0 + outside
+    assert any(line.split() == ["ubatch", "fixed", "0", "2", "0", "32.50", f"{split:.2f}", f"{split / 32.5 - 1:+.1%}"]
+               for line in lines)
+    assert any(line.split() == ["ubatch", "fixed", "2", "2", "2", "32.50", "33.00", "+1.5%"] for line in lines)  # whole
+    assert not any(line.startswith("off ") for line in lines)  # off's rest is derived from off itself
+    assert f"model within 10%: 3 of 4 (largest error {split / 32.5 - 1:.1%})" in lines
+
+
+def test_without_measure_the_model_is_said_not_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert e2e_overlap.main([str(write(tmp_path, {"off": run("off"), "shared": run("shared")}))]) == 0
+    assert f"model: not checked, no measure.json in {tmp_path}" in capsys.readouterr().out.splitlines()

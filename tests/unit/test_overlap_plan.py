@@ -5,6 +5,8 @@ The module under test is the fork overlay itself, loaded from its file."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ds4x.overlay import load_module
@@ -36,8 +38,15 @@ def test_a_budget_out_of_range_is_refused(seqs: int, k: int) -> None:
         op.micro_batch_token_budget(seqs, k, 512)
 
 
-def test_only_overlap_levels_move_the_shared_expert() -> None:
-    assert [op.shares_beside_cpu_decode(level) for level in op.LEVELS] == [False, True, True]
+@pytest.mark.parametrize(("value", "tokens"), [(None, 1), ("", 1), (" 3 ", 3), ("1", 1)])
+def test_micro_batch_tokens_parse(value: str | None, tokens: int) -> None:
+    assert op.parse_tokens(value) == tokens
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_bad_micro_batch_tokens_name_the_variable(value: str) -> None:
+    with pytest.raises(op.OverlapError, match=f"LVLLM_MOE_UBATCH_TOKENS='{re.escape(value)}'"):
+        op.parse_tokens(value)
 
 
 def slices(num_reqs: int, q: int) -> list[tuple[int, int, int, int]]:
@@ -92,8 +101,17 @@ SHAPE = {"v2_runner": True, "data_parallel": 1, "pipeline_parallel": 1, "full_de
 
 
 def test_ubatch_splits_the_users_step() -> None:
-    split = op.plan_split("ubatch", op.StepShape(**SHAPE))
+    split = op.plan_split("ubatch", op.StepShape(**SHAPE), max_tokens=3)
     assert split is not None and [m.num_tokens for m in split] == [3, 3]
+
+
+def test_by_default_only_depth_0_splits() -> None:
+    """Two requests verifying one token each split; verifying 2 or 3 each, lk_moe's
+    one call costs less than two (the H200's curves), so the step runs whole."""
+    split = op.plan_split("ubatch", op.StepShape(**{**SHAPE, "query_len": 1}))
+    assert split is not None and [m.num_tokens for m in split] == [1, 1]
+    assert op.plan_split("ubatch", op.StepShape(**{**SHAPE, "query_len": 2})) is None
+    assert op.plan_split("ubatch", op.StepShape(**{**SHAPE, "query_len": 2}), max_tokens=2) is not None
 
 
 @pytest.mark.parametrize(("level", "change"), [
@@ -101,4 +119,4 @@ def test_ubatch_splits_the_users_step() -> None:
     ("ubatch", {"pipeline_parallel": 2}), ("ubatch", {"full_decode_graph": False}), ("ubatch", {"num_reqs": 1}),
 ])
 def test_every_other_step_runs_whole(level: str, change: dict[str, object]) -> None:
-    assert op.plan_split(level, op.StepShape(**{**SHAPE, **change})) is None
+    assert op.plan_split(level, op.StepShape(**{**SHAPE, **change}), max_tokens=3) is None

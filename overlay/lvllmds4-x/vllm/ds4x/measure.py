@@ -440,12 +440,33 @@ def step_cost(seconds: list[float]) -> list[float]:
     return [round(s / seconds[0], 4) for s in seconds]
 
 
+def ubatch_advice(run: dict[str, Any], gpu_ms: float, moe_layers: int) -> str:
+    """Whether two micro-batches (LVLLM_MOE_OVERLAP=ubatch) pay on this curve, and up to how many tokens:
+    the GPU part a split can hide is the rest of a step (--gpu-ms) but what runs outside the layers."""
+    from . import depth_sim
+
+    hidden = max(gpu_ms - depth_sim.OUTSIDE_MS, 0.0) / moe_layers
+    tokens = depth_sim.ubatch_tokens(depth_sim.run_curve(run), hidden)
+    if tokens == 0:
+        return ("two micro-batches do not pay here: two lk_moe calls of n tokens cost more than one of 2n plus a "
+                f"layer's GPU part ({hidden:.2f} ms); leave LVLLM_MOE_OVERLAP off")
+    return (f"two micro-batches pay up to {tokens} token(s) each (two calls of n tokens cost less than one of 2n "
+            f"plus a layer's {hidden:.2f} ms GPU part): LVLLM_MOE_OVERLAP=ubatch LVLLM_MOE_UBATCH_TOKENS={tokens}")
+
+
+def step_costs(args: argparse.Namespace, best: dict[str, Any], moe_layers: int) -> dict[str, list[float]]:
+    """adaptive's start: the relative step costs by running requests (1 and --max-num-seqs), as
+    draft_depth.step_cost takes them; the curve's shape changes with the batch."""
+    return {str(n): step_cost(step_seconds(best, args.num_speculative_tokens, moe_layers, args.gpu_ms, n))
+            for n in sorted({1, args.max_num_seqs})}
+
+
 def predict(args: argparse.Namespace, best: dict[str, Any], moe_layers: int) -> dict[int, Any]:
     """depth_sim's tok/s per policy on the measured curve, for one request and --max-num-seqs."""
     from . import depth_sim
 
     acceptance = {"reasoning": args.acceptance[0], "answer": args.acceptance[1]}
-    prior = step_cost(step_seconds(best, args.num_speculative_tokens, moe_layers, args.gpu_ms))
+    prior = step_costs(args, best, moe_layers)
     predicted = {}
     for requests in sorted({1, args.max_num_seqs}):
         costs = step_seconds(best, args.num_speculative_tokens, moe_layers, args.gpu_ms, requests)
@@ -462,7 +483,7 @@ def write_profile(args: argparse.Namespace, best: dict[str, Any], runs: list[dic
     """ds4x-step-cost.json: the draft_depth object adaptive starts from, and what was measured."""
     k = args.num_speculative_tokens
     seconds = step_seconds(best, k, moe_layers, args.gpu_ms)
-    draft_depth = {"policy": "adaptive", "step_cost": step_cost(seconds)}
+    draft_depth = {"policy": "adaptive", "step_cost": step_costs(args, best, moe_layers)}
     profile = {"draft_depth": draft_depth,
                "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
                             "step_seconds": seconds, "gpu_ms": args.gpu_ms,
@@ -495,6 +516,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"warning: {warning}; leave cores free (LK_THREADS={best['threads']})")
     print(f"\ncurve at LK_THREADS={best['threads']} ({best['path']}):")
     print("\n".join(curve_table(best, spec, moe_layers)))
+    print(ubatch_advice(best, args.gpu_ms[0], moe_layers))
     write_profile(args, best, runs, fmt, moe_layers, predict(args, best, moe_layers))
     if args.plot:
         plot(args.plot, runs, moe_layers)

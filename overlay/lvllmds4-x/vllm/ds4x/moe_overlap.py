@@ -32,6 +32,7 @@ from vllm.logger import init_logger
 logger = init_logger(__name__)
 
 _level: overlap_plan.Level | None = None
+_tokens: int | None = None
 _side: torch.cuda.Stream | None = None
 _splitting = False  # ubatch_split's threads are running a micro-batched step
 
@@ -46,13 +47,23 @@ def level() -> overlap_plan.Level:
     return _level
 
 
+def ubatch_tokens() -> int:
+    """LVLLM_MOE_UBATCH_TOKENS, read once per process, as the level is."""
+    global _tokens
+    if _tokens is None:
+        _tokens = overlap_plan.parse_tokens(os.environ.get(overlap_plan.TOKENS_ENV))
+        if level() == "ubatch":
+            logger.info("%s=%d", overlap_plan.TOKENS_ENV, _tokens)
+    return _tokens
+
+
 def _start_shared(shared: Any, shared_input: torch.Tensor | None) -> torch.cuda.Event | None:
     """Queue the shared expert on its aux stream after the router and return the
     event that marks its end; None when the fork would not run it on the aux
     stream (no stream, too many tokens, EPLB...), which leaves the fork's own
     path to run it. The event, not the aux stream's tail: at ubatch the other
     micro-batch queues its own shared expert there before this one joins."""
-    if shared is None or shared_input is None or not overlap_plan.shares_beside_cpu_decode(level()):
+    if shared is None or shared_input is None:
         return None
     from vllm.model_executor.layers.fused_moe.runner.shared_experts import SharedExpertsOrder
 
@@ -80,7 +91,8 @@ def cpu_decode(runner: Any, hidden_states: torch.Tensor, topk_weights: torch.Ten
     if splitting():
         return _cpu_decode_split(runner, hidden_states, topk_weights, topk_ids, shared_input)
     shared = runner.shared_experts
-    started = _start_shared(shared, shared_input)
+    # ubatch's whole steps keep the fork's order: `shared` measured slower at one request
+    started = _start_shared(shared, shared_input) if level() == "shared" else None
     out = runner.routed_experts._cpu_decode(hidden_states, topk_weights, topk_ids)
     if started is not None:
         torch.cuda.current_stream().wait_event(started)

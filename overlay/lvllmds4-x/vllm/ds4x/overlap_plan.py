@@ -10,10 +10,20 @@ for every graph the process captures)::
              router, and cpu_decode's wait is the GPU's idle time
     shared   the shared expert (all the layer's GPU work that does not need the
              routed experts) is queued on its side stream after the router,
-             beside cpu_decode, so it runs while the CPU works
-    ubatch   shared, and a FULL decode graph of two or more requests runs as
-             two micro-batches: one's CPU experts beside the other's GPU work
-             (model runner v2, DP=PP=1; docs/overlap-design.md)
+             beside cpu_decode, so it runs while the CPU works (measured on the
+             H200: no gain, 4-10% slower at one request)
+    ubatch   a FULL decode graph of two or more requests whose micro-batches hold
+             at most LVLLM_MOE_UBATCH_TOKENS tokens each runs as two micro-batches:
+             one's CPU experts beside the other's GPU work (model runner v2,
+             DP=PP=1; docs/overlap-design.md); every other step runs as at off
+
+``LVLLM_MOE_UBATCH_TOKENS`` (default 1): the most tokens a micro-batch may hold.
+Splitting a step splits each layer's cpu_decode call in two, which pays only
+where two calls of n tokens cost lk_moe less than one of 2n plus the GPU work
+the split hides. On the measured curves that is n = 1 (H200, DeepSeek-V4-Flash
+MXFP4: 2 x 1.69 < 3.66 ms) and not n = 3 (the H200 stand-in: 2 x 3.52 > 6.30
+ms; its two-request depth-2 step went from 85.9 to 98.5 ms split). `measure`
+advises the value from the box's own curve.
 
 Pure Python on purpose: the unit tests load this file without torch or vLLM."""
 
@@ -23,6 +33,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 ENV = "LVLLM_MOE_OVERLAP"
+TOKENS_ENV = "LVLLM_MOE_UBATCH_TOKENS"
+DEFAULT_TOKENS = 1
 Level = Literal["off", "shared", "ubatch"]
 LEVELS: tuple[Level, ...] = ("off", "shared", "ubatch")
 
@@ -42,8 +54,14 @@ def parse_level(value: str | None) -> Level:
     raise OverlapError(f"{ENV}={value!r}: expected one of {', '.join(LEVELS)}")
 
 
-def shares_beside_cpu_decode(level: Level) -> bool:
-    return level in ("shared", "ubatch")
+def parse_tokens(value: str | None) -> int:
+    """LVLLM_MOE_UBATCH_TOKENS, strictly: a whole number of tokens, 1 or more."""
+    text = (value or "").strip()
+    if not text:
+        return DEFAULT_TOKENS
+    if not text.isdigit() or int(text) < 1:
+        raise OverlapError(f"{TOKENS_ENV}={value!r}: expected the most tokens a micro-batch may hold, 1 or more")
+    return int(text)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,16 +112,21 @@ class StepShape:
     query_len: int
 
 
-def plan_split(level: Level, shape: StepShape) -> tuple[MicroBatch, MicroBatch] | None:
+def plan_split(level: Level, shape: StepShape, max_tokens: int = DEFAULT_TOKENS
+               ) -> tuple[MicroBatch, MicroBatch] | None:
     """Two micro-batches, or None where the step runs whole: any level but
     ubatch, model runner v1 (its own DBO needs DP>1 and DeepEP), DP or PP
     above 1 (DBO's own territory), eager or mixed steps (no graph to keep the
-    micro-batches' views fixed), one request."""
+    micro-batches' views fixed), one request, or a micro-batch of more than
+    max_tokens tokens (lk_moe's curve makes that split cost more than it hides)."""
     if level != "ubatch" or not shape.v2_runner or shape.data_parallel > 1 or shape.pipeline_parallel > 1:
         return None
     if not shape.full_decode_graph:
         return None
-    return split_uniform(shape.num_reqs, shape.query_len)
+    split = split_uniform(shape.num_reqs, shape.query_len)
+    if split is None or split[0].num_tokens > max_tokens:
+        return None
+    return split
 
 
 def query_start_loc_view(micro: MicroBatch, query_len: int) -> tuple[int, int]:

@@ -78,7 +78,7 @@ def parts_for(vllm_config: Any, desc: Any) -> tuple[Part, ...] | None:
     shape = overlap_plan.StepShape(v2_runner=True, data_parallel=p.data_parallel_size,
                                    pipeline_parallel=p.pipeline_parallel_size, full_decode_graph=full,
                                    num_reqs=r or 0, query_len=q or 1)
-    split = overlap_plan.plan_split(moe_overlap.level(), shape)
+    split = overlap_plan.plan_split(moe_overlap.level(), shape, moe_overlap.ubatch_tokens())
     return None if split is None else tuple(Part(i, m, q) for i, m in enumerate(split))
 
 

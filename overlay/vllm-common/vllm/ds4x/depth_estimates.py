@@ -135,11 +135,16 @@ class StepCosts:
     kept per batch size, because a step's cost is the batch's tokens, not one
     request's: on the H200 benchmark, depth 0 timed with two requests made depth 1
     look cheaper with one. A batch size with no timings of its own borrows the
-    nearest timed one's; a length not timed lately is stale. The scheduler times
+    nearest timed one's, unless the config gives a prior for that batch size
+    (measure does, per running requests: the step-cost curve's shape changes
+    with the batch, 2.84x from depth 0 to 2 with one request and 2.17x with two
+    on the H200 stand-in); a length not timed lately is stale. The scheduler times
     every step: a timing recomputes only its own median, and the answers only
     when a median, the batch size or a staleness changed."""
 
     prior: list[float]
+    by_batch: dict[int, list[float]] = field(default_factory=dict)
+    """requests -> the prior for that batch size, where the config gives one"""
     window: int = 15
     min_samples: int = 3
     stale_after: int = 512
@@ -181,10 +186,14 @@ class StepCosts:
         """Cost of 1..K_max+1 tokens at the current batch (or the nearest timed
         one); untimed entries scaled from the prior."""
         if self._relative is None:
-            timed = self.medians
-            seen = timed[min(timed, key=lambda n: (abs(n - self.batch), n))] if timed else {}
-            scale = sum(seen[t] / self.prior[t - 1] for t in seen) / len(seen) if seen else 1.0
-            self._relative = [seen.get(t, self.prior[t - 1] * scale) for t in range(1, len(self.prior) + 1)]
+            timed, prior = self.medians, self.by_batch.get(self.batch)
+            if prior is not None:  # its own prior beats another batch size's timings
+                seen = timed.get(self.batch, {})
+            else:
+                prior = self.prior
+                seen = timed[min(timed, key=lambda n: (abs(n - self.batch), n))] if timed else {}
+            scale = sum(seen[t] / prior[t - 1] for t in seen) / len(seen) if seen else 1.0
+            self._relative = [seen.get(t, prior[t - 1] * scale) for t in range(1, len(prior) + 1)]
         return self._relative
 
     def unmeasured(self) -> list[int]:

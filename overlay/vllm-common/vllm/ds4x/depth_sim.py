@@ -28,6 +28,9 @@ from typing import Any, Literal
 
 from . import draft_depth as dd
 
+StepCost = Sequence[float] | Mapping[str, Sequence[float]]
+"""draft_depth.step_cost as given: relative step costs, or such lists by running requests"""
+
 PHASES = ("reasoning", "answer")
 THINK, END_THINK, TEXT = 1, 2, 5
 
@@ -42,17 +45,18 @@ def conditional(acceptance: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def policies(k: int, step_cost: Sequence[float] | None = None) -> dict[str, dict[str, Any] | None]:
+def policies(k: int, step_cost: StepCost | None = None) -> dict[str, dict[str, Any] | None]:
     """fixed 0..K, phase 1/K and 0/K, adaptive: the draft_depth objects; adaptive
     starts from `step_cost` when given (the relative step costs of a `measure`
-    profile, as `plan --measure --launch` gives it to the engine)."""
+    profile, as `plan --measure --launch` gives it to the engine: one list, or
+    lists by running requests)."""
     named: dict[str, dict[str, Any] | None] = {
         f"fixed {d}": {"policy": "phase", "reasoning_depth": d, "answer_depth": d} for d in range(k)
     }
     named[f"fixed {k}"] = None
     named[f"phase 1/{k}"] = {"policy": "phase", "reasoning_depth": 1, "answer_depth": k}
     named[f"phase 0/{k}"] = {"policy": "phase", "reasoning_depth": 0, "answer_depth": k}
-    start = {} if step_cost is None else {"step_cost": list(step_cost)}
+    start = {} if step_cost is None else {"step_cost": step_cost}
     named["adaptive"] = {"policy": "adaptive", "min_depth": 0, **start}
     return named
 
@@ -96,7 +100,7 @@ def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], accep
 
 def compare(costs: Sequence[float], acceptance: dict[str, float], tokens: dict[str, int],
             seeds: int, requests: int = 1, phases: Sequence[str] = PHASES,
-            step_cost: Sequence[float] | None = None) -> dict[str, dict[str, float]]:
+            step_cost: StepCost | None = None) -> dict[str, dict[str, float]]:
     """Mean tok/s per phase of every policy, over `seeds` runs (costs: for a
     batch of `requests`; see simulate; `step_cost`: adaptive's start, see policies)."""
     results = {}
@@ -144,12 +148,31 @@ class Overlap:
     decode step hardly grows with its requests (H200 stand-in, main stream busy:
     1.81 ms at 1 request, 1.96 at 2) and as measure uses one --gpu-ms at every batch
     size; 0.5: splitting adds no GPU work."""
+    max_tokens: int | None = None
+    """LVLLM_MOE_UBATCH_TOKENS: a step splits only where a micro-batch holds at
+    most this many tokens. None: as measure advises it, from the curve and the
+    step's GPU part a layer (ubatch_tokens)."""
+
 
 
 def bound_step_ms(cpu_ms: float, rest_ms: float, fraction: float, outside_ms: float = 0.0) -> float:
     """The issue's target arithmetic: overlap hides `fraction` of the smaller of
     the two parts, the CPU experts or the rest that can overlap."""
     return cpu_ms + rest_ms - fraction * min(cpu_ms, max(rest_ms - outside_ms, 0.0))
+
+
+def ubatch_tokens(curve: Mapping[int, float], hidden_ms: float) -> int:
+    """LVLLM_MOE_UBATCH_TOKENS for a curve of one layer's cpu_decode by tokens:
+    the most tokens n a micro-batch may hold while two calls of n cost less than
+    one of 2n plus hidden_ms (a layer's GPU work, the most a split hides); 0
+    where no split pays. lk_moe's curve is not linear: on the H200 two calls of
+    1 token cost less than one of 2, two of 3 more than one of 6."""
+    best = 0
+    for n in sorted(t for t in curve if 2 * t in curve):
+        if 2 * curve[n] >= curve[2 * n] + hidden_ms:
+            break
+        best = n
+    return best
 
 
 def pipeline_ms(cpu_ms: Sequence[float], gpu_ms: Sequence[float]) -> float:
@@ -175,10 +198,13 @@ def step_ms(curve: Mapping[int, float], layers: int, rest_ms: float, requests: i
     the requests) calls with its own tokens, one call after the other on the side
     stream, while the GPU runs the other's part (pipeline_ms); the rest but
     outside_ms is spread over the layers, ubatch_gpu of it a micro-batch."""
-    if overlap.mode == "off" or requests < 2:
-        return curve[requests * tokens] * layers + rest_ms
     halves = ((requests + 1) // 2 * tokens, requests // 2 * tokens)
     inside = max(rest_ms - overlap.outside_ms, 0.0)
+    limit = overlap.max_tokens
+    if limit is None:
+        limit = ubatch_tokens(curve, inside / layers)
+    if overlap.mode == "off" or requests < 2 or halves[0] > limit:
+        return curve[requests * tokens] * layers + rest_ms
     gpu = inside * overlap.ubatch_gpu / layers
     cpu = [curve[halves[i % 2]] for i in range(2 * layers)]
     return pipeline_ms(cpu, [gpu] * (2 * layers)) + rest_ms - inside
@@ -197,13 +223,18 @@ def per_depth(rest_ms: Sequence[float], k: int) -> list[float]:
     return list(rest_ms) if len(rest_ms) == k + 1 else [rest_ms[0]] * (k + 1)
 
 
+def run_curve(run: Mapping[str, Any]) -> dict[int, float]:
+    """ms of one layer's cpu_decode by tokens, from one LK_THREADS run of measure."""
+    return {int(case["tokens"]): float(case["ms"]) for case in run["cases"]}
+
+
 def profile_curve(measured: Mapping[str, Any]) -> tuple[dict[int, float], int]:
     """From the `measured` object of a profile measure wrote: ms a layer call by
     tokens at its LK_THREADS, and the MoE layers its step_seconds count."""
     runs = [run for run in measured["runs"] if run["threads"] == measured["lk_threads"]]
     if not runs:
         raise ValueError(f"no run at lk_threads {measured['lk_threads']} in the profile")
-    curve = {int(case["tokens"]): float(case["ms"]) for case in runs[0]["cases"]}
+    curve = run_curve(runs[0])
     layers = round((measured["step_seconds"][0] * 1000 - measured["gpu_ms"][0]) / curve[1])
     return curve, layers
 
@@ -237,14 +268,20 @@ def overlap_table(off: dict[str, dict[str, float]], on: dict[str, dict[str, floa
 
 def overlap_report(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], requests: int, k: int,
                    acceptance: dict[str, float], tokens: dict[str, int], seeds: int, overlap: Overlap,
-                   step_cost: Sequence[float] | None = None) -> list[str]:
+                   step_cost: StepCost | None = None) -> list[str]:
     """Steps and tok/s per policy and phase at `requests`, off against `overlap`
     (the micro-batch model; the per-depth lines add the issue's bound; `step_cost`:
     adaptive's start, see policies)."""
     if requests < 2:
         return [ONE_REQUEST]
-    lines = [f"{requests} running requests, LVLLM_MOE_OVERLAP={overlap.mode} (outside the layers "
-             f"{overlap.outside_ms} ms, a micro-batch's GPU part {overlap.ubatch_gpu} of the batch's):"]
+    hidden = max(rest_ms[0] - overlap.outside_ms, 0.0) / layers
+    limit = ubatch_tokens(curve, hidden) if overlap.max_tokens is None else overlap.max_tokens
+    if limit < 1:
+        return [f"two micro-batches do not pay on this curve: two lk_moe calls of n tokens cost more than one of 2n "
+                f"plus a layer's GPU part ({hidden:.2f} ms); leave LVLLM_MOE_OVERLAP off"]
+    lines = [f"{requests} running requests, LVLLM_MOE_OVERLAP={overlap.mode} LVLLM_MOE_UBATCH_TOKENS={limit} "
+             f"(outside the layers {overlap.outside_ms} ms, a micro-batch's GPU part {overlap.ubatch_gpu} of the "
+             "batch's):"]
     lines += step_lines(curve, layers, rest_ms, requests, k, overlap)
     results = [compare(step_seconds(curve, layers, rest_ms, requests, k, o), acceptance, tokens, seeds, requests,
                        step_cost=step_cost) for o in (Overlap(), overlap)]

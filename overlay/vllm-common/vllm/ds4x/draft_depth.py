@@ -54,6 +54,20 @@ class DraftDepthError(ValueError):
     """A draft-depth setting that cannot work; the message names it and the fix."""
 
 
+def _step_cost(raw: Any) -> tuple[float, ...] | dict[int, tuple[float, ...]]:
+    """step_cost as given: a list of costs, or such lists keyed by running requests (1 or more)."""
+    where = "speculative_config.draft_depth.step_cost"
+    if not isinstance(raw, Mapping):
+        return tuple(float(v) for v in raw)
+    try:
+        by_batch = {int(n): tuple(float(v) for v in costs) for n, costs in raw.items()}
+    except (TypeError, ValueError) as e:
+        raise DraftDepthError(f"{where}: expected a list of costs or {{\"REQUESTS\": [costs]}}: {e}") from None
+    if not by_batch or min(by_batch) < 1:
+        raise DraftDepthError(f"{where}: keys are running requests, 1 or more, e.g. {{\"1\": [...], \"2\": [...]}}")
+    return by_batch
+
+
 @dataclass(frozen=True)
 class DraftDepthConfig:
     """The ``draft_depth`` object of ``--speculative-config``."""
@@ -66,9 +80,11 @@ class DraftDepthConfig:
     """phase: depth chosen in the answer (default K_max)."""
     min_depth: int = 0
     """adaptive: lowest depth it may choose."""
-    step_cost: tuple[float, ...] | None = None
+    step_cost: tuple[float, ...] | dict[int, tuple[float, ...]] | None = None
     """adaptive: relative cost of a step verifying 1, 2, ... K_max+1 tokens per
-    request, used until live step timings replace it (default: flat)."""
+    request, used until live step timings replace it (default: flat); or such
+    lists by running requests, {"1": [...], "2": [...]} as measure writes them
+    (a batch size not given takes the smallest one's)."""
     prior_acceptance: float = 0.7
     """adaptive: acceptance assumed per position before any is measured."""
     smoothing: float = 0.03
@@ -94,6 +110,12 @@ class DraftDepthConfig:
     its two and K_max; adaptive min_depth..K_max). Must include K_max. A batch
     verifies the smallest of these at or above the deepest depth chosen in it."""
 
+    def step_costs(self) -> dict[int, tuple[float, ...]]:
+        """step_cost by running requests; 0 keys a list given for every batch size."""
+        if self.step_cost is None:
+            return {}
+        return dict(self.step_cost) if isinstance(self.step_cost, dict) else {0: self.step_cost}
+
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None, k_max: int) -> DraftDepthConfig:
         """Validate against K_max; every error names the field and the fix."""
@@ -102,9 +124,10 @@ class DraftDepthConfig:
         unknown = sorted(set(raw) - names)
         if unknown:
             raise DraftDepthError(f"speculative_config.draft_depth: unknown field(s) {unknown}; known: {sorted(names)}")
-        for name, kind in (("step_cost", float), ("graph_depths", int)):
-            if raw.get(name) is not None:
-                raw[name] = tuple(kind(v) for v in raw[name])
+        if raw.get("graph_depths") is not None:
+            raw["graph_depths"] = tuple(int(v) for v in raw["graph_depths"])
+        if raw.get("step_cost") is not None:
+            raw["step_cost"] = _step_cost(raw["step_cost"])
         config = cls(**raw)
         config.check(k_max)
         return config
@@ -117,10 +140,11 @@ class DraftDepthConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or not 0 <= value <= k_max):
                 raise DraftDepthError(f"{where}.{name}={value!r}: expected 0..{k_max} (num_speculative_tokens)")
-        if self.step_cost is not None and (
-            len(self.step_cost) != k_max + 1 or any(c <= 0 for c in self.step_cost)
-        ):
-            raise DraftDepthError(f"{where}.step_cost: expected {k_max + 1} positive costs (1..{k_max + 1} tokens verified)")
+        for batch, costs in self.step_costs().items():
+            if len(costs) != k_max + 1 or any(c <= 0 for c in costs):
+                at = "" if batch == 0 else f"[{batch}]"
+                raise DraftDepthError(f"{where}.step_cost{at}: expected {k_max + 1} positive costs "
+                                      f"(1..{k_max + 1} tokens verified)")
         if self.graph_depths is not None and (
             k_max not in self.graph_depths or any(not 0 <= d <= k_max for d in self.graph_depths)
         ):
@@ -192,7 +216,9 @@ class DepthPolicy:
         self.config, self.k_max, self.tracker, self.lag = config, k_max, tracker, lag
         self.codec = TallyCodec(k_max)
         self.batch_depth = batch_depth_table(config.verify_depths(k_max), k_max)
-        self.costs = StepCosts(prior=list(config.step_cost) if config.step_cost else [1.0] * (k_max + 1))
+        given = config.step_costs()
+        by_batch = {n: list(c) for n, c in given.items() if n > 0}
+        self.costs = StepCosts(prior=list(given[min(given)]) if given else [1.0] * (k_max + 1), by_batch=by_batch)
         self.seeds = SeedAcceptance(config.prior_acceptance, k_max, config.smoothing)
         self.requests: dict[str, RequestState] = {}
         # the requests by slot, until retired: per-step tallies read all but the largest group
