@@ -115,3 +115,13 @@ def test_the_model_is_held_to_the_measured_steps(tmp_path: Path, capsys: pytest.
 def test_without_measure_the_model_is_said_not_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert e2e_overlap.main([str(write(tmp_path, {"off": run("off"), "shared": run("shared")}))]) == 0
     assert f"model: not checked, no measure.json in {tmp_path}" in capsys.readouterr().out.splitlines()
+
+
+def test_the_committed_ubatch_run_passes_and_its_model_holds(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results/h200-overlap-ubatch: off against ubatch (LVLLM_MOE_UBATCH_TOKENS=1) with measure
+    in the same run; two requests at depth 0 split and save 17%, the rest run whole."""
+    results = Path(e2e_overlap.__file__).parent / "results" / "h200-overlap-ubatch"
+    assert e2e_overlap.main([str(results)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split() == ["fixed", "0", "2", "0", "35.91", "29.71", "6.20", "17.3%"] for line in lines)
+    assert "model within 10%: 6 of 6 (largest error 5.4%)" in lines
