@@ -18,9 +18,9 @@ from collections.abc import Sequence
 
 MAX_SAMPLED = 255
 """the most tokens a logged step may sample per request (one byte)"""
-LIMIT = 64
-"""steps kept: the longest hold by default (4 x 16 steps), so that most requests
-take in their column when they decide, before a flush"""
+LIMIT = 256
+"""steps kept (a byte per request each): a flush costs a column per request, so it
+is kept rare; most requests take in their column when they decide, before it"""
 SHORT = 4
 """a flush of fewer steps goes step by step (a column per request costs more)"""
 
