@@ -168,6 +168,36 @@ def test_tally_codes_round_trip() -> None:
     assert tally.reach(2) == ((3, 1, 0), (4, 1, 1), (6, 1, 0), (7, 2, 1), (8, 2, 2))
 
 
+@pytest.mark.parametrize("steps", [2, 3, 9, 270])  # flushed step by step, by column, and full (LIMIT 256)
+def test_outcome_log_counts_what_a_pass_a_step_would(steps: int) -> None:
+    """Logged steps reach each table as a pass over the batch every step would count
+    them: a table read early (take) gets its share then and not again at the flush;
+    nothing sampled (0) counts nowhere."""
+    import random
+
+    outcomes = load_module("vllm-common/vllm/ds4x/depth_outcomes.py")
+    rng = random.Random(steps)
+    ids = [f"r{i}" for i in range(5)]
+    tables, expected = [[0] * 9 for _ in ids], [[0] * 9 for _ in ids]
+    log = outcomes.OutcomeLog(2)
+    log.batch(ids, tables)
+    base = tally.TallyCodec(2).sampled_base(2)
+    for step in range(steps):
+        sampled = [rng.choice([0, 1, 2, 3]) for _ in ids]
+        log.add(base, sampled)
+        for table, n in zip(expected, sampled):
+            table[base + n] += n > 0
+        if step % 2:  # r1 is read every other step, r3 once
+            log.take("r1", tables[1])
+            assert tables[1] == expected[1]
+        if step == steps // 2:
+            log.take("r3", tables[3])
+            assert tables[3] == expected[3]
+    log.take("r0", [0] * 9)  # not r0's table: it takes nothing
+    log.batch(["other"], [[0] * 9])  # a new batch: the old one's steps are all counted
+    assert tables == expected
+
+
 CPU_COST = [1.0, 1.75, 2.44]  # DESIGN.md: lk_moe cost by tokens verified
 
 

@@ -5,8 +5,9 @@
 Per request and phase, from its acceptance estimate and the engine's step
 costs, with hysteresis; decisions are due on the DecisionClock.
 
-A request's verifications are counted in its outcome table as they come (one
-increment a step), and go into its estimate only when it next decides.
+A request's verifications are counted in its outcome table (when it is read,
+for steps where every request drafted alike: depth_outcomes), and go into its
+estimate only when it next decides.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .depth_clock import DecisionClock
 from .depth_estimates import SeedAcceptance, StepCosts, best_depth
+from .depth_outcomes import MAX_SAMPLED, OutcomeLog
 from .depth_request import RequestState, SetDepth
 from .depth_tally import TallyCodec
 
@@ -37,11 +39,11 @@ class Adaptive:
         self.set_depth, self.requests, self.costs, self.seeds = set_depth, requests, costs, seeds
         self.step_costs: StepCosts | None = costs  # timed live by the scheduler
         self.clock = DecisionClock(config.hold_steps, config.explore_steps, config.probe_interval)
-        # the outcome tables of the latest step's requests, in its order: a step like the one
-        # before (same ids, no arrival or departure since) is counted without a lookup by id
+        # the latest batch (its ids in order): a step like the one before (same ids, no
+        # arrival or departure since) is logged without a lookup by id
         self._ids: list[str] = []
-        self._tables: list[list[int]] = []
         self._changes, self._cached = 0, -1
+        self.log = OutcomeLog(k_max)
         self._untimed: tuple[list[int] | None, list[int]] = (None, [])  # (StepCosts.unmeasured(), of choices)
 
     def start(self, state: RequestState, running: int) -> None:
@@ -65,25 +67,29 @@ class Adaptive:
     def learn(self, ids: Sequence[str], spec: Mapping[str, Sequence[int]], sampled: Sequence[int],
               drafted: int | None) -> None:
         """Each verification into its request's outcome table. A step where every
-        request verified `drafted` drafts needs no lookup per request."""
-        if drafted:
-            base = self.codec.sampled_base(drafted)
-            for table, n in zip(self._tables_of(ids), sampled):
-                if n:  # 0: nothing sampled (aborted while it ran)
-                    table[base + n] += 1
+        request verified `drafted` drafts is logged whole; each table takes its
+        share when read."""
+        if drafted and drafted < MAX_SAMPLED and len(sampled) == len(ids):
+            self._log_batch(ids)
+            self.log.add(self.codec.sampled_base(drafted), sampled)
             return
         sampled_base = self.codec.sampled_base
         for state, drafts, n in zip(map(self.requests.get, ids), map(spec.get, ids), sampled):
             if drafts and n and state is not None:  # None: aborted while it ran
                 state.outcomes[sampled_base(len(drafts)) + n] += 1
 
-    def _tables_of(self, ids: Sequence[str]) -> list[list[int]]:
+    def _log_batch(self, ids: Sequence[str]) -> None:
+        """A step unlike the one before starts a new batch in the log."""
         if self._cached != self._changes or ids != self._ids:
             spare = [0] * self.codec.outcomes  # an id without a request: counted nowhere
             self._ids = list(ids)
-            self._tables = [spare if (state := self.requests.get(i)) is None else state.outcomes for i in ids]
+            self.log.batch(ids, [spare if (state := self.requests.get(i)) is None else state.outcomes for i in ids])
             self._cached = self._changes
-        return self._tables
+
+    def _outcomes(self, state: RequestState) -> list[int]:
+        """Its outcome table, with its share of the logged steps."""
+        self.log.take(state.request_id, state.outcomes)
+        return state.outcomes
 
     def step_ended(self, ran: Container[str] | None) -> None:
         """The requests due decide: after a hold, the step after an exploring one,
@@ -101,7 +107,7 @@ class Adaptive:
             state.exploring = state.probing = False
             return self._settle(state, force=True, explore=False)
         state.exploring = state.probing = False
-        if state.depth == 0 and not tried and not any(state.outcomes):
+        if state.depth == 0 and not tried and not any(self._outcomes(state)):
             state.probing = True  # at depth 0 nothing is verified: one step verifies one draft
             self.set_depth(state, 1)
             return self.clock.wake_in(state, self.lag)
@@ -145,5 +151,6 @@ class Adaptive:
 
     def _apply(self, state: RequestState, phase: str) -> None:
         """Its verifications since the last into its estimate of `phase`."""
-        if any(state.outcomes):
-            state.acceptance[phase].observe_outcomes(state.outcomes)
+        outcomes = self._outcomes(state)
+        if any(outcomes):
+            state.acceptance[phase].observe_outcomes(outcomes)

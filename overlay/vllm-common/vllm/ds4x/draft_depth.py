@@ -28,7 +28,8 @@ parts, one job each: the config and DepthPolicy (here: requests and their
 groups), vllm.ds4x.phase_tracker (the phase from token ids), depth_strategies
 (Fixed, Phase, and depth_adaptive's Adaptive, behind the protocol the hooks
 call), depth_clock (when adaptive decides), depth_estimates (acceptance, step
-costs, the engine-wide seeds) and depth_tally (the codes a step is counted in).
+costs, the engine-wide seeds), depth_outcomes (adaptive's per-request counts,
+counted when read) and depth_tally (the codes a step is counted in).
 """
 
 from __future__ import annotations
