@@ -141,6 +141,10 @@ def model(levels: dict[str, Run], measured: dict[str, Any]) -> list[str]:
             if got is None:
                 continue
             query = int(depth) + 1
+            if n * query not in curve:
+                lines.append(f"{level:8} {policy:10} {n:8d} {depth:>5} {got:9.2f}  not modelled: measure did not "
+                             f"time {n * query} tokens")
+                continue
             rest = off - curve[n * query] * layers
             want = sim.step_ms(curve, layers, rest, n, query, overlap)
             errors.append(abs(want / got - 1))
@@ -158,13 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     problems: list[str] = []
     runs = load(Path(args[0]), problems)
     profile = Path(args[0]) / "measure.json"
+    measured = read_json(profile, problems) if profile.is_file() else None
     for engine, levels in sorted(runs.items()):
         check(engine, levels, problems)
         if BASE in levels:
             print("\n".join(table(engine, levels)) + "\n")
-            if not profile.is_file():
-                print(f"model: not checked, no {profile.name} in {args[0]}\n")
-            elif (measured := read_json(profile, problems)) is not None and not problems:
+            if measured is None:
+                print(f"model: not checked, no readable {profile.name} in {args[0]}\n")
+            elif problems:
+                print("model: not checked (the problems below)\n")
+            else:
                 print("\n".join(model(levels, measured["measured"])) + "\n")
     for engine, levels in sorted(runs.items()):
         for level, run in levels.items():

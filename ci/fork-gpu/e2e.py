@@ -172,13 +172,7 @@ def main() -> dict:
 
     t0 = time.time()
     llm = LLM(**engine_args())
-    result = {"mode": MODE, "init_s": round(time.time() - t0, 1), "tokens_per_request": TOKENS,
-              "async_scheduling": bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
-              "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
-              "tag": TAG, "overlap": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
-              "ubatch_tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
-              "adaptive_step_cost": adaptive_step_cost(),
-              "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
+    result = record(llm, round(time.time() - t0, 1), keep)
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
     log = StepLog(scheduler, lag=2 if result["async_scheduling"] else 1)
     counters.reset()
@@ -206,6 +200,17 @@ def main() -> dict:
     if os.environ.get("E2E_PROFILE", "1") != "0":
         result["traces"] = profile(llm, log, texts, scheduling, ids)
     return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm)}
+
+
+def record(llm, init_s: float, keep: dict[str, float]) -> dict:
+    """The run's result record, before its cells: what the engine ran with."""
+    return {"mode": MODE, "init_s": init_s, "tokens_per_request": TOKENS,
+            "async_scheduling": bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
+            "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
+            "tag": TAG, "overlap": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
+            "ubatch_tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
+            "adaptive_step_cost": adaptive_step_cost(),
+            "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
 
 
 @functools.cache  # read once: the policies and the result record give the same start

@@ -198,6 +198,38 @@ def test_outcome_log_counts_what_a_pass_a_step_would(steps: int) -> None:
     assert tables == expected
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_outcome_log_across_draft_changes_and_reordered_batches(seed: int) -> None:
+    """Steps whose drafts change (another sampled_base: the log flushes) and batches that come
+    back reordered (a new batch) count as a pass every step would."""
+    import random
+
+    outcomes = load_module("vllm-common/vllm/ds4x/depth_outcomes.py")
+    rng = random.Random(seed)
+    codec = tally.TallyCodec(3)
+    tables = {f"r{i}": [0] * codec.outcomes for i in range(4)}
+    expected = {name: [0] * codec.outcomes for name in tables}
+    log = outcomes.OutcomeLog(3)
+    ids = list(tables)
+    log.batch(ids, [tables[i] for i in ids])
+    for _ in range(60):
+        if rng.random() < 0.1:
+            rng.shuffle(ids)
+            log.batch(ids, [tables[i] for i in ids])
+        drafted = rng.choice([1, 2, 3])
+        base = codec.sampled_base(drafted)
+        sampled = [rng.randint(0, drafted + 1) for _ in ids]
+        log.add(base, sampled)
+        for name, n in zip(ids, sampled):
+            expected[name][base + n] += n > 0
+        if rng.random() < 0.3:
+            name = rng.choice(ids)
+            log.take(name, tables[name])
+            assert tables[name] == expected[name]
+    log.flush()
+    assert tables == expected
+
+
 CPU_COST = [1.0, 1.75, 2.44]  # DESIGN.md: lk_moe cost by tokens verified
 
 
@@ -396,18 +428,20 @@ def test_step_cost_by_batch_size_is_read_and_checked() -> None:
     assert config.step_costs() == {1: (1.0, 2.0529, 2.8258), 2: (1.0, 1.6217, 2.1638)}
     assert dd.DraftDepthConfig.from_dict({"policy": "adaptive", "step_cost": [1, 2, 3]}, 2).step_costs() == {
         0: (1.0, 2.0, 3.0)}
-    costs = est.StepCosts(prior=[1.0, 1.0, 1.0], by_batch={2: [1.0, 1.6, 2.2]})
+    costs = est.StepCosts(prior=[1.0, 2.0, 3.0], by_batch={1: [1.0, 2.0, 3.0], 2: [1.0, 1.6, 2.2]})
     for _ in range(3):
         costs.observe(1, 0.016)
-    assert costs.relative() == pytest.approx([0.016, 0.016, 0.016])  # one request: the flat prior scaled
+    assert costs.relative() == pytest.approx([0.016, 0.032, 0.048])  # one request: its prior, scaled
     costs.observe(1, 0.034, requests=2)
     assert costs.relative() == pytest.approx([1.0, 1.6, 2.2])  # two: its own prior, not one request's timings
+    costs.observe(1, 0.050, requests=3)
+    assert costs.relative() == pytest.approx([1.0, 1.6, 2.2])  # three, not given: the nearest given shape
 
 
 @pytest.mark.parametrize(("step_cost", "message"), [
     ({"2": [1, 2]}, "step_cost[2]: expected 3 positive costs"),
-    ({"0": [1, 2, 3]}, "step_cost: keys are running requests, 1 or more"),
-    ({}, "step_cost: keys are running requests, 1 or more"),
+    ({"0": [1, 2, 3]}, "step_cost: keys ['0'] must be running requests, 1 or more"),
+    ({}, "step_cost: keys [] must be running requests, 1 or more"),
     ({"two": [1, 2, 3]}, "step_cost: expected a list of costs or {\"REQUESTS\": [costs]}"),
 ])
 def test_a_bad_step_cost_by_batch_size_is_named(step_cost: Any, message: str) -> None:

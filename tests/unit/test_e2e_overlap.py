@@ -114,7 +114,7 @@ def test_the_model_is_held_to_the_measured_steps(tmp_path: Path, capsys: pytest.
 
 def test_without_measure_the_model_is_said_not_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert e2e_overlap.main([str(write(tmp_path, {"off": run("off"), "shared": run("shared")}))]) == 0
-    assert f"model: not checked, no measure.json in {tmp_path}" in capsys.readouterr().out.splitlines()
+    assert f"model: not checked, no readable measure.json in {tmp_path}" in capsys.readouterr().out.splitlines()
 
 
 def test_the_committed_ubatch_run_passes_and_its_model_holds(capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,3 +125,18 @@ def test_the_committed_ubatch_run_passes_and_its_model_holds(capsys: pytest.Capt
     lines = capsys.readouterr().out.splitlines()
     assert any(line.split() == ["fixed", "0", "2", "0", "35.91", "29.71", "6.20", "17.3%"] for line in lines)
     assert "model within 10%: 6 of 6 (largest error 5.4%)" in lines
+
+
+def test_the_model_says_what_it_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A token count measure did not time is named, not a crash; a run with problems is not modelled."""
+    measured = {"lk_threads": 12, "step_seconds": [0.0130], "gpu_ms": [3.0],
+                "runs": [{"threads": 12, "cases": [{"tokens": 1, "ms": 10.0}, {"tokens": 2, "ms": 18.0}]}]}
+    (tmp_path / "measure.json").write_text(json.dumps({"measured": measured}))
+    ubatch = {**run("shared"), "overlap": "ubatch", "ubatch_tokens": "1"}
+    assert e2e_overlap.main([str(write(tmp_path, {"off": run("off"), "ubatch": ubatch}))]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.split()[:5] == ["ubatch", "fixed", "2", "2", "2"] and line.endswith("did not time 6 tokens")
+               for line in lines)
+    ubatch["cells"][3]["tokens"] = [[1], [2]]
+    assert e2e_overlap.main([str(write(tmp_path, {"off": run("off"), "ubatch": ubatch}))]) == 1
+    assert "model: not checked (the problems below)" in capsys.readouterr().out.splitlines()

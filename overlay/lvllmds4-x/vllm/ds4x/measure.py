@@ -442,14 +442,14 @@ def step_cost(seconds: list[float]) -> list[float]:
 
 def ubatch_advice(run: dict[str, Any], gpu_ms: float, moe_layers: int) -> str:
     """Whether two micro-batches (LVLLM_MOE_OVERLAP=ubatch) pay on this curve, and up to how many tokens:
-    the GPU part a split can hide is the rest of a step (--gpu-ms) but what runs outside the layers."""
+    the GPU part a split can hide is the rest of a step (--gpu-ms) but what runs outside the layers
+    (depth_sim.OUTSIDE_MS; plan --measure --overlap takes another)."""
     from . import depth_sim
 
     hidden = max(gpu_ms - depth_sim.OUTSIDE_MS, 0.0) / moe_layers
     tokens = depth_sim.ubatch_tokens(depth_sim.run_curve(run), hidden)
     if tokens == 0:
-        return ("two micro-batches do not pay here: two lk_moe calls of n tokens cost more than one of 2n plus a "
-                f"layer's GPU part ({hidden:.2f} ms); leave LVLLM_MOE_OVERLAP off")
+        return depth_sim.no_split(hidden)
     return (f"two micro-batches pay up to {tokens} token(s) each (two calls of n tokens cost less than one of 2n "
             f"plus a layer's {hidden:.2f} ms GPU part): LVLLM_MOE_OVERLAP=ubatch LVLLM_MOE_UBATCH_TOKENS={tokens}")
 
@@ -516,7 +516,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"warning: {warning}; leave cores free (LK_THREADS={best['threads']})")
     print(f"\ncurve at LK_THREADS={best['threads']} ({best['path']}):")
     print("\n".join(curve_table(best, spec, moe_layers)))
-    print(ubatch_advice(best, args.gpu_ms[0], moe_layers))
+    if args.max_num_seqs > 1:  # one request never splits
+        print(ubatch_advice(best, args.gpu_ms[0], moe_layers))
     write_profile(args, best, runs, fmt, moe_layers, predict(args, best, moe_layers))
     if args.plot:
         plot(args.plot, runs, moe_layers)

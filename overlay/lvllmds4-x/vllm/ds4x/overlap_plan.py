@@ -20,9 +20,10 @@ for every graph the process captures)::
 ``LVLLM_MOE_UBATCH_TOKENS`` (default 1): the most tokens a micro-batch may hold.
 Splitting a step splits each layer's cpu_decode call in two, which pays only
 where two calls of n tokens cost lk_moe less than one of 2n plus the GPU work
-the split hides. On the measured curves that is n = 1 (H200, DeepSeek-V4-Flash
-MXFP4: 2 x 1.69 < 3.66 ms) and not n = 3 (the H200 stand-in: 2 x 3.52 > 6.30
-ms; its two-request depth-2 step went from 85.9 to 98.5 ms split). `measure`
+the split hides. 1 pays on both curves measured on the H200 (DeepSeek-V4-Flash
+MXFP4: 2 x 1.69 < 3.66 ms; its 4- and 6-token calls were not measured), and
+only 1 on the end-to-end stand-in (2 x 2.60 > 4.53 ms at 2, 2 x 3.52 > 6.30 at
+3; its two-request depth-2 step went from 85.9 to 98.5 ms split). `measure`
 advises the value from the box's own curve.
 
 Pure Python on purpose: the unit tests load this file without torch or vLLM."""
@@ -59,7 +60,7 @@ def parse_tokens(value: str | None) -> int:
     text = (value or "").strip()
     if not text:
         return DEFAULT_TOKENS
-    if not text.isdigit() or int(text) < 1:
+    if not text.isdecimal() or int(text) < 1:
         raise OverlapError(f"{TOKENS_ENV}={value!r}: expected the most tokens a micro-batch may hold, 1 or more")
     return int(text)
 

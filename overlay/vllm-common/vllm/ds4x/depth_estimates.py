@@ -135,10 +135,11 @@ class StepCosts:
     kept per batch size, because a step's cost is the batch's tokens, not one
     request's: on the H200 benchmark, depth 0 timed with two requests made depth 1
     look cheaper with one. A batch size with no timings of its own borrows the
-    nearest timed one's, unless the config gives a prior for that batch size
-    (measure does, per running requests: the step-cost curve's shape changes
-    with the batch, 2.84x from depth 0 to 2 with one request and 2.17x with two
-    on the H200 stand-in); a length not timed lately is stale. The scheduler times
+    nearest timed one's, unless the config gives priors by batch size (measure
+    does, per running requests: the step-cost curve's shape changes with the
+    batch, 2.83x from depth 0 to 2 with one request and 2.16x with two on the
+    H200 stand-in): then the nearest batch size's prior, scaled by this batch
+    size's own timings only; a length not timed lately is stale. The scheduler times
     every step: a timing recomputes only its own median, and the answers only
     when a median, the batch size or a staleness changed."""
 
@@ -184,13 +185,13 @@ class StepCosts:
 
     def relative(self) -> list[float]:
         """Cost of 1..K_max+1 tokens at the current batch (or the nearest timed
-        one); untimed entries scaled from the prior."""
+        one, without priors by batch size); untimed entries scaled from the prior."""
         if self._relative is None:
-            timed, prior = self.medians, self.by_batch.get(self.batch)
-            if prior is not None:  # its own prior beats another batch size's timings
+            timed, prior = self.medians, self.prior
+            if self.by_batch:  # the nearest batch size's shape beats another batch size's timings
+                prior = self.by_batch[min(self.by_batch, key=lambda n: (abs(n - self.batch), n))]
                 seen = timed.get(self.batch, {})
             else:
-                prior = self.prior
                 seen = timed[min(timed, key=lambda n: (abs(n - self.batch), n))] if timed else {}
             scale = sum(seen[t] / prior[t - 1] for t in seen) / len(seen) if seen else 1.0
             self._relative = [seen.get(t, prior[t - 1] * scale) for t in range(1, len(prior) + 1)]

@@ -7,7 +7,7 @@ came: the tokens each request sampled, one byte each, in the batch's order. A
 request's table takes in its own column of the logged steps (a strided slice,
 counted in C) only when it is read: it decides, changes phase or leaves. Every
 table takes in the rest when the batch changes (a request arrives or leaves,
-or the order changes) or the log is full. A steady batch then costs one append
+or the order changes), when the drafts a step change, or when the log is full. A steady batch then costs one append
 a step instead of a pass over its requests; the counts are the same, counted
 later.
 """

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from . import draft_depth as dd
@@ -154,7 +154,6 @@ class Overlap:
     step's GPU part a layer (ubatch_tokens)."""
 
 
-
 def bound_step_ms(cpu_ms: float, rest_ms: float, fraction: float, outside_ms: float = 0.0) -> float:
     """The issue's target arithmetic: overlap hides `fraction` of the smaller of
     the two parts, the CPU experts or the rest that can overlap."""
@@ -173,6 +172,12 @@ def ubatch_tokens(curve: Mapping[int, float], hidden_ms: float) -> int:
             break
         best = n
     return best
+
+
+def no_split(hidden_ms: float) -> str:
+    """What measure and plan say where ubatch_tokens is 0."""
+    return ("two micro-batches do not pay on this curve: two lk_moe calls of n tokens cost more than one of 2n "
+            f"plus a layer's GPU part ({hidden_ms:.2f} ms); leave LVLLM_MOE_OVERLAP off")
 
 
 def pipeline_ms(cpu_ms: Sequence[float], gpu_ms: Sequence[float]) -> float:
@@ -277,8 +282,8 @@ def overlap_report(curve: Mapping[int, float], layers: int, rest_ms: Sequence[fl
     hidden = max(rest_ms[0] - overlap.outside_ms, 0.0) / layers
     limit = ubatch_tokens(curve, hidden) if overlap.max_tokens is None else overlap.max_tokens
     if limit < 1:
-        return [f"two micro-batches do not pay on this curve: two lk_moe calls of n tokens cost more than one of 2n "
-                f"plus a layer's GPU part ({hidden:.2f} ms); leave LVLLM_MOE_OVERLAP off"]
+        return [no_split(hidden)]
+    overlap = replace(overlap, max_tokens=limit)  # every depth modelled at the limit the first line states
     lines = [f"{requests} running requests, LVLLM_MOE_OVERLAP={overlap.mode} LVLLM_MOE_UBATCH_TOKENS={limit} "
              f"(outside the layers {overlap.outside_ms} ms, a micro-batch's GPU part {overlap.ubatch_gpu} of the "
              "batch's):"]

@@ -65,7 +65,8 @@ def _step_cost(raw: Any) -> tuple[float, ...] | dict[int, tuple[float, ...]]:
     except (TypeError, ValueError) as e:
         raise DraftDepthError(f"{where}: expected a list of costs or {{\"REQUESTS\": [costs]}}: {e}") from None
     if not by_batch or min(by_batch) < 1:
-        raise DraftDepthError(f"{where}: keys are running requests, 1 or more, e.g. {{\"1\": [...], \"2\": [...]}}")
+        raise DraftDepthError(f"{where}: keys {sorted(raw)} must be running requests, 1 or more, e.g. "
+                              f"{{\"1\": [...], \"2\": [...]}}")
     return by_batch
 
 
@@ -85,7 +86,7 @@ class DraftDepthConfig:
     """adaptive: relative cost of a step verifying 1, 2, ... K_max+1 tokens per
     request, used until live step timings replace it (default: flat); or such
     lists by running requests, {"1": [...], "2": [...]} as measure writes them
-    (a batch size not given takes the smallest one's)."""
+    (a batch size not given takes the nearest given one's)."""
     prior_acceptance: float = 0.7
     """adaptive: acceptance assumed per position before any is measured."""
     smoothing: float = 0.03
