@@ -91,15 +91,19 @@ def test_the_committed_h200_run_passes_its_checks(capsys: pytest.CaptureFixture[
     assert "tokens equal to off in every cell, graphs only: yes" in lines
 
 
+def write_measure(resdir: Path, curve: dict[int, float]) -> None:
+    """A measure.json of one layer (13 ms a 1-token step, 3 of them the rest) with this curve at LK_THREADS=12."""
+    cases = [{"tokens": n, "ms": ms} for n, ms in curve.items()]
+    measured = {"lk_threads": 12, "step_seconds": [0.0130], "gpu_ms": [3.0], "runs": [{"threads": 12, "cases": cases}]}
+    (resdir / "measure.json").write_text(json.dumps({"measured": measured}))
+
+
 def test_the_model_is_held_to_the_measured_steps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """measure.json beside the runs: depth_sim.step_ms on its curve and the rest measured at off,
     against each other level's measured step, split as the engine's LVLLM_MOE_UBATCH_TOKENS says.
     One layer, curve 10 / 18 ms for 1 / 2 tokens: at 2 requests and depth 0 the step splits, so
     the rest at off (33 - 18) less outside_ms runs once a micro-batch, then one 1-token CPU part."""
-    measured = {"lk_threads": 12, "step_seconds": [0.0130], "gpu_ms": [3.0],
-                "runs": [{"threads": 12, "cases": [{"tokens": n, "ms": ms}
-                                                   for n, ms in ((1, 10.0), (2, 18.0), (3, 26.0), (6, 56.0))]}]}
-    (tmp_path / "measure.json").write_text(json.dumps({"measured": measured}))
+    write_measure(tmp_path, {1: 10.0, 2: 18.0, 3: 26.0, 6: 56.0})
     off, ubatch = run("off"), {**run("shared"), "overlap": "ubatch", "ubatch_tokens": "1"}
     assert e2e_overlap.main([str(write(tmp_path, {"off": off, "ubatch": ubatch}))]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -129,9 +133,7 @@ def test_the_committed_ubatch_run_passes_and_its_model_holds(capsys: pytest.Capt
 
 def test_the_model_says_what_it_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A token count measure did not time is named, not a crash; a run with problems is not modelled."""
-    measured = {"lk_threads": 12, "step_seconds": [0.0130], "gpu_ms": [3.0],
-                "runs": [{"threads": 12, "cases": [{"tokens": 1, "ms": 10.0}, {"tokens": 2, "ms": 18.0}]}]}
-    (tmp_path / "measure.json").write_text(json.dumps({"measured": measured}))
+    write_measure(tmp_path, {1: 10.0, 2: 18.0})
     ubatch = {**run("shared"), "overlap": "ubatch", "ubatch_tokens": "1"}
     assert e2e_overlap.main([str(write(tmp_path, {"off": run("off"), "ubatch": ubatch}))]) == 0
     lines = capsys.readouterr().out.splitlines()
