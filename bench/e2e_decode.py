@@ -79,9 +79,7 @@ class Results:
 
     def layer_ms(self, tokens: int) -> float:
         """The stand-in layer's cpu_decode ms for this many tokens, at the LK_THREADS the engines ran."""
-        measured = self.profile["measured"]
-        run = next(r for r in measured["runs"] if r["threads"] == measured["lk_threads"])
-        return float(next(c["ms"] for c in run["cases"] if c["tokens"] == tokens))
+        return float(sim.measured_curve(self.profile["measured"])[tokens])
 
 
 def read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:

@@ -279,8 +279,7 @@ def step_seconds(run: dict[str, Any], k: int, moe_layers: int, rest_ms: list[flo
     depth or one per depth: depth_sim's step without overlap."""
     from . import depth_sim
 
-    curve = {case["tokens"]: case["ms"] for case in run["cases"]}
-    return depth_sim.step_seconds(curve, moe_layers, rest_ms, requests, k, depth_sim.Overlap())
+    return depth_sim.step_seconds(depth_sim.run_curve(run), moe_layers, rest_ms, requests, k, depth_sim.Overlap())
 
 
 def plot(path: Path, runs: list[dict[str, Any]], moe_layers: int) -> None:
@@ -446,7 +445,7 @@ def ubatch_advice(run: dict[str, Any], gpu_ms: float, moe_layers: int) -> str:
     (depth_sim.OUTSIDE_MS; plan --measure --overlap takes another)."""
     from . import depth_sim
 
-    hidden = max(gpu_ms - depth_sim.OUTSIDE_MS, 0.0) / moe_layers
+    hidden = depth_sim.hidden_ms(gpu_ms, moe_layers)
     tokens = depth_sim.ubatch_tokens(depth_sim.run_curve(run), hidden)
     if tokens == 0:
         return depth_sim.no_split(hidden)

@@ -153,6 +153,15 @@ class Overlap:
     most this many tokens. None: as measure advises it, from the curve and the
     step's GPU part a layer (ubatch_tokens)."""
 
+    def split_limit(self, curve: Mapping[int, float], hidden_ms: float) -> int:
+        """max_tokens, or where it is None what ubatch_tokens advises for a layer's GPU part hidden_ms."""
+        return ubatch_tokens(curve, hidden_ms) if self.max_tokens is None else self.max_tokens
+
+
+def hidden_ms(rest_ms: float, layers: int, outside_ms: float = OUTSIDE_MS) -> float:
+    """A layer's share of the rest of a step that can overlap: the GPU work a split may hide."""
+    return max(rest_ms - outside_ms, 0.0) / layers
+
 
 def bound_step_ms(cpu_ms: float, rest_ms: float, fraction: float, outside_ms: float = 0.0) -> float:
     """The issue's target arithmetic: overlap hides `fraction` of the smaller of
@@ -204,15 +213,11 @@ def step_ms(curve: Mapping[int, float], layers: int, rest_ms: float, requests: i
     stream, while the GPU runs the other's part (pipeline_ms); the rest but
     outside_ms is spread over the layers, ubatch_gpu of it a micro-batch."""
     halves = ((requests + 1) // 2 * tokens, requests // 2 * tokens)
-    inside = max(rest_ms - overlap.outside_ms, 0.0)
-    limit = overlap.max_tokens
-    if limit is None:
-        limit = ubatch_tokens(curve, inside / layers)
-    if overlap.mode == "off" or requests < 2 or halves[0] > limit:
+    hidden = hidden_ms(rest_ms, layers, overlap.outside_ms)
+    if overlap.mode == "off" or requests < 2 or halves[0] > overlap.split_limit(curve, hidden):
         return curve[requests * tokens] * layers + rest_ms
-    gpu = inside * overlap.ubatch_gpu / layers
     cpu = [curve[halves[i % 2]] for i in range(2 * layers)]
-    return pipeline_ms(cpu, [gpu] * (2 * layers)) + rest_ms - inside
+    return pipeline_ms(cpu, [hidden * overlap.ubatch_gpu] * (2 * layers)) + rest_ms - hidden * layers
 
 
 def step_seconds(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], requests: int, k: int,
@@ -233,13 +238,18 @@ def run_curve(run: Mapping[str, Any]) -> dict[int, float]:
     return {int(case["tokens"]): float(case["ms"]) for case in run["cases"]}
 
 
-def profile_curve(measured: Mapping[str, Any]) -> tuple[dict[int, float], int]:
+def measured_curve(measured: Mapping[str, Any]) -> dict[int, float]:
     """From the `measured` object of a profile measure wrote: ms a layer call by
-    tokens at its LK_THREADS, and the MoE layers its step_seconds count."""
+    tokens at its LK_THREADS (the one it advised)."""
     runs = [run for run in measured["runs"] if run["threads"] == measured["lk_threads"]]
     if not runs:
         raise ValueError(f"no run at lk_threads {measured['lk_threads']} in the profile")
-    curve = run_curve(runs[0])
+    return run_curve(runs[0])
+
+
+def profile_curve(measured: Mapping[str, Any]) -> tuple[dict[int, float], int]:
+    """measured_curve, and the MoE layers the profile's step_seconds count."""
+    curve = measured_curve(measured)
     layers = round((measured["step_seconds"][0] * 1000 - measured["gpu_ms"][0]) / curve[1])
     return curve, layers
 
@@ -279,8 +289,8 @@ def overlap_report(curve: Mapping[int, float], layers: int, rest_ms: Sequence[fl
     adaptive's start, see policies)."""
     if requests < 2:
         return [ONE_REQUEST]
-    hidden = max(rest_ms[0] - overlap.outside_ms, 0.0) / layers
-    limit = ubatch_tokens(curve, hidden) if overlap.max_tokens is None else overlap.max_tokens
+    hidden = hidden_ms(rest_ms[0], layers, overlap.outside_ms)
+    limit = overlap.split_limit(curve, hidden)
     if limit < 1:
         return [no_split(hidden)]
     overlap = replace(overlap, max_tokens=limit)  # every depth modelled at the limit the first line states
