@@ -175,12 +175,13 @@ def main() -> dict:
     result = record(llm, round(time.time() - t0, 1), keep)
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
     log = StepLog(scheduler, lag=2 if result["async_scheduling"] else 1)
-    counters.reset()
     drafts.active = True
     texts = prompts(AutoTokenizer.from_pretrained(MODELS / "target"))
     policies = chosen_policies() if MODE == "spec" else [("no speculation", None)]
     scheduling = Policies(scheduler) if MODE == "spec" else None
     ids = count()
+    warm_up(llm, log, texts, scheduling, ids)
+    counters.reset()
     for round_ in range(ROUNDS):
         for phase in PHASES:
             for n in REQUESTS:
@@ -202,6 +203,20 @@ def main() -> dict:
     return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm)}
 
 
+def warm_up(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: count) -> None:
+    """E2E_WARMUP rounds of every phase and request count at fixed K, not recorded: on
+    the H200 a fresh engine's first round ran 15-35% slower than its second (fixed 2,
+    same cells), which no policy should be timed on, nor adaptive learn its costs from."""
+    from vllm.ds4x import depth_sim
+
+    for _ in range(int(os.environ.get("E2E_WARMUP", "1"))):
+        for phase in PHASES:
+            for n in REQUESTS:
+                if scheduling:
+                    scheduling.use(f"fixed {K}", depth_sim.policies(K)[f"fixed {K}"])
+                run_cell(llm, log, texts[phase][:n], ids)
+
+
 def record(llm, init_s: float, keep: dict[str, float]) -> dict:
     """The run's result record, before its cells: what the engine ran with."""
     return {"mode": MODE, "init_s": init_s, "tokens_per_request": TOKENS,
@@ -209,6 +224,7 @@ def record(llm, init_s: float, keep: dict[str, float]) -> dict:
             "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
             "tag": TAG, "overlap": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
             "ubatch_tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
+            "warm_up_rounds": int(os.environ.get("E2E_WARMUP", "1")),
             "adaptive_step_cost": adaptive_step_cost(),
             "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
 

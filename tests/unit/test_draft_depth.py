@@ -17,6 +17,7 @@ from tests.unit.depth_by_id import ById
 dd = load_module("vllm-common/vllm/ds4x/draft_depth.py")
 est = load_module("vllm-common/vllm/ds4x/depth_estimates.py")
 tally = load_module("vllm-common/vllm/ds4x/depth_tally.py")
+depth_clock = load_module("vllm-common/vllm/ds4x/depth_clock.py")
 THINK, END_THINK = 1, 2
 TOOL_MARKER = (7, 8, 9)  # e.g. "<｜DSML｜tool_calls>" as three tokens
 
@@ -366,6 +367,21 @@ def test_live_step_costs_replace_the_prior() -> None:
     assert costs.unmeasured() == [2, 3]  # 3 tokens not timed for 600 steps: stale
 
 
+def test_a_stale_median_is_forgotten() -> None:
+    """Three dear steps at 3 tokens (timed while the engine warmed up) price that length
+    until they are stale; then the prior, scaled by the fresh timings, prices it again."""
+    costs = est.StepCosts(prior=[1.0, 2.0, 3.0])
+    for _ in range(3):
+        costs.observe(3, 0.105)
+    for _ in range(costs.stale_after):
+        costs.observe(1, 0.034)
+    assert costs.unmeasured() == [2]
+    assert costs.relative()[2] == pytest.approx(0.105)
+    costs.observe(1, 0.034)
+    assert costs.unmeasured() == [2, 3]
+    assert costs.relative()[2] == pytest.approx(0.034 * 3.0)
+
+
 def test_step_costs_are_per_batch_size() -> None:
     """Timings of two-request steps price two-request steps only; a batch size
     not timed yet borrows the nearest one's and is untimed (explored)."""
@@ -393,16 +409,17 @@ MEASURED_COST = {"1": [1.0, 2.0529, 2.8258], "2": [1.0, 1.6217, 2.1638]}
 H200_RUN_S = {1: [0.0167, 0.0349, 0.0475], 2: [0.0344, 0.0557, 0.0745]}  # the same run's steps by depth
 
 
-def answering_two(policy: Any) -> list[int]:
-    """200 steps of two answering requests (acceptance ~0.93 a position, ~0.88 at K=2), timed as
-    the H200 run timed them."""
+def answering_two(policy: Any, steps: int = 200, dear: int = 0) -> list[int]:
+    """`steps` steps of two answering requests (acceptance ~0.93 a position, ~0.88 at K=2), timed
+    as the H200 run timed them, but for the first `dear` steps at depth 2, at 105 ms."""
     for name in ("x", "y"):
         policy.add(name, [THINK, END_THINK], None)
     depths = []
-    for step in range(200):
+    for step in range(steps):
         depth = max(policy.depth(n) for n in ("x", "y"))
         depths.append(depth)
-        policy.policy.costs.observe(depth + 1, H200_RUN_S[2][depth], 2)
+        seconds = 0.105 if depth == 2 and depths.count(2) <= dear else H200_RUN_S[2][depth]
+        policy.policy.costs.observe(depth + 1, seconds, 2)
         for i, name in enumerate(("x", "y")):
             accepted = sum(itertools.accumulate(((step * 7 + i * 3 + j) % 50 < 47 for j in range(depth)),
                                                 lambda a, b: a and b))
@@ -421,6 +438,16 @@ def test_a_start_by_batch_size_prices_two_requests_as_two() -> None:
     assert by_batch[40:].count(2) == 160
     one_list = answering_two(by_id({"policy": "adaptive", "step_cost": MEASURED_COST["1"], "explore_steps": 0}))
     assert one_list.count(2) == 0
+
+
+def test_depth_2_timed_dear_while_warming_up_is_timed_again_and_chosen() -> None:
+    """The H200 run's other defect: depth 2 timed at 105 ms on its first few steps (a fresh
+    engine) kept two answering requests off it for good: once stale, the timings were only
+    refreshed by a step of exploration each, and their median stayed dear. Now stale
+    timings are forgotten, the prior prices depth 2 again, and it is chosen and re-timed."""
+    depths = answering_two(by_id({"policy": "adaptive", "step_cost": MEASURED_COST}), steps=900, dear=4)
+    assert depths[:500].count(2) <= 10  # it tried depth 2, timed it dear and left it
+    assert depths[600:].count(2) >= 290
 
 
 def test_step_cost_by_batch_size_is_read_and_checked() -> None:
@@ -571,16 +598,30 @@ def test_a_request_that_does_not_run_spends_nothing_and_is_seldom_looked_at() ->
     assert wakes_of(shallow, idle, 160, ran=set()) <= 160 // 8 and idle.depth == 0 and not idle.probing
 
 
+@pytest.mark.parametrize(("costs", "accepted", "requests", "wait"), [
+    ([1.0, 2.05, 2.83], 0.42, 1, 63),  # the H200 stand-in, one request reasoning: a probe loses 0.63 of a step
+    ([1.0, 1.62, 2.16], 0.42, 2, 40),  # two: it loses 0.2 of a step, and makes both verify a draft
+    ([1.0, 2.05, 2.83], 0.95, 1, 10),  # acceptance rising: probes come sooner
+    ([1.0, 1.0, 1.0], 0.3, 1, 8),  # a probe that loses nothing: every probe_interval steps
+])
+def test_probes_at_depth_0_lose_at_most_one_percent(costs: list[float], accepted: float, requests: int,
+                                                    wait: int) -> None:
+    assert depth_clock.DecisionClock(16, 16, 8).probe_wait(costs, accepted, requests) == wait
+
+
 def test_probes_wait_for_their_step_under_async_scheduling() -> None:
     """With async scheduling a depth takes effect two steps after it is set; a
     probe at depth 0 must still see its own verification."""
     policy = ById(dd.DepthPolicy(adaptive(prior_acceptance=0.1).policy.config, 2, tracker(), lag=2))
     state = policy.add("a", [THINK], None)
     scheduled = [state.depth, state.depth]  # the two steps already scheduled
-    for _ in range(200):
+    probes = 0
+    for _ in range(400):
         depth = scheduled.pop(0)
+        probes += depth == 1
         policy.verified(state, depth, 0)  # drafts always rejected: depth 0 stays best
         policy.step()
         scheduled.append(state.depth)
-    assert state.acceptance["reasoning"].counts[0] >= 200 // 16  # probes verified and learned from
+    assert probes >= 4
+    assert state.acceptance["reasoning"].counts[0] >= probes - 1  # every probe verified and learned from (the last maybe not yet)
     assert state.depth == 0

@@ -125,7 +125,8 @@ class Adaptive:
         if state.exploring:
             return clock.wake_in(state, 1)
         if state.depth == 0:
-            return clock.wake_in(state, first or clock.probe_wait(self.costs.relative()))
+            accepted = state.acceptance[state.phase].estimate()[0]
+            return clock.wake_in(state, first or clock.probe_wait(self.costs.relative(), accepted, len(self.requests)))
         hold = clock.held(state, kept=state.depth == previous and not force)
         clock.wake_in(state, first or hold)
 

@@ -139,7 +139,8 @@ class StepCosts:
     does, per running requests: the step-cost curve's shape changes with the
     batch, 2.83x from depth 0 to 2 with one request and 2.16x with two on the
     H200 stand-in): then the nearest batch size's prior, scaled by this batch
-    size's own timings only; a length not timed lately is stale. The scheduler times
+    size's own timings only; a length not timed lately is stale, and its timings
+    are forgotten. The scheduler times
     every step: a timing recomputes only its own median, and the answers only
     when a median, the batch size or a staleness changed."""
 
@@ -200,10 +201,21 @@ class StepCosts:
     def unmeasured(self) -> list[int]:
         """Lengths with too few timings at the current batch, or none lately."""
         if self._unmeasured is None:
-            timed = self.medians.get(self.batch, {})
-            last = {t: self.last_seen[(self.batch, t)] for t in timed}
-            self._unmeasured = [t for t in range(1, len(self.prior) + 1)
-                                if t not in last or self.clock - last[t] > self.stale_after]
-            self._fresh_until = min((s + self.stale_after for s in last.values() if self.clock - s <= self.stale_after),
-                                    default=self.clock + self.stale_after)
+            batch = self.batch
+            # when each timed length goes stale
+            due = {t: self.last_seen[(batch, t)] + self.stale_after for t in self.medians.get(batch, {})}
+            for t in [t for t, d in due.items() if self.clock > d]:
+                self._forget(batch, t)
+                del due[t]
+            self._unmeasured = [t for t in range(1, len(self.prior) + 1) if t not in due]
+            self._fresh_until = min(due.values(), default=self.clock + self.stale_after)
         return self._unmeasured
+
+    def _forget(self, requests: int, tokens: int) -> None:
+        """A stale median prices nothing: the (scaled) prior does until the length is
+        timed again, so one dear spell cannot keep a depth from being chosen and re-timed."""
+        key = (requests, tokens)
+        del self.samples[key], self.last_seen[key], self.medians[requests][tokens]
+        if not self.medians[requests]:
+            del self.medians[requests]
+        self._relative = None

@@ -99,9 +99,10 @@ class DraftDepthConfig:
     While its choice holds the wait doubles, up to 4 times this; a change (or
     a new phase) brings it back."""
     probe_interval: int = 8
-    """adaptive: at depth 0 nothing is verified, so every this many steps (times
-    the cost of verifying 2 tokens over 1: dear probes come rarer) one step
-    verifies one draft, to keep the acceptance estimate current."""
+    """adaptive: at depth 0 nothing is verified, so every this many steps one
+    step verifies one draft, to keep the acceptance estimate current; rarer
+    where a probe loses more (its step's cost over a depth-0 step, less the
+    draft it expects accepted), so that probes lose at most 1% of the time."""
     explore_steps: int = 16
     """adaptive: steps it may spend in a row at depths whose step cost is untimed
     or stale, to time them (live timings come from batches of one verify
