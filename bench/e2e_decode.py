@@ -283,7 +283,7 @@ def targets(n: int, measured: dict[str, dict[str, float]]) -> list[str]:
 
 def within(ratio: float, floor: float, noise: float) -> str:
     """What a miss by less than the noise floor is: one this run cannot tell from a meet."""
-    return f" (by less than this run's noise floor, {noise:.1%})" if floor > ratio >= floor - noise else ""
+    return f" (by less than this run's noise floor, {noise:.1%})" if floor > ratio >= floor * (1 - noise) else ""
 
 
 def main(argv: list[str] | None = None) -> int:

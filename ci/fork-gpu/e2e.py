@@ -47,6 +47,7 @@ ROUNDS = int(os.environ.get("E2E_ROUNDS", "3"))
 REQUESTS = [int(n) for n in os.environ.get("E2E_REQUESTS", "1 2").split()]
 PHASES = ("reasoning", "answer")
 TAG = os.environ.get("E2E_TAG", "")
+WARMUP = int(os.environ.get("E2E_WARMUP", "1"))  # unrecorded rounds before the first
 NAME = f"{MODE}-{TAG}" if TAG else MODE  # the files' name: e2e-NAME.json, trace-NAME-xN-DEPTH.json.gz
 ENGINE_POLICY = {"policy": "adaptive", "min_depth": 0}  # captures graphs for depths 0..K
 
@@ -204,17 +205,20 @@ def main() -> dict:
 
 
 def warm_up(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: count) -> None:
-    """E2E_WARMUP rounds of every phase and request count at fixed K, not recorded: on
-    the H200 a fresh engine's first round ran 15-35% slower than its second (fixed 2,
-    same cells), which no policy should be timed on, nor adaptive learn its costs from."""
+    """WARMUP rounds of every phase and request count at every fixed depth, not recorded: in an H200
+    run a fresh engine's first round ran 11-36% slower than its second (fixed 2, same
+    cells; not in every run), which no policy should be timed on, nor adaptive learn its
+    costs from."""
     from vllm.ds4x import depth_sim
 
-    for _ in range(int(os.environ.get("E2E_WARMUP", "1"))):
+    fixed = depth_sim.policies(K)
+    for _ in range(WARMUP):
         for phase in PHASES:
             for n in REQUESTS:
-                if scheduling:
-                    scheduling.use(f"fixed {K}", depth_sim.policies(K)[f"fixed {K}"])
-                run_cell(llm, log, texts[phase][:n], ids)
+                for depth in range(K + 1) if scheduling else (None,):
+                    if scheduling:
+                        scheduling.use(f"fixed {depth}", fixed[f"fixed {depth}"])
+                    run_cell(llm, log, texts[phase][:n], ids)
 
 
 def record(llm, init_s: float, keep: dict[str, float]) -> dict:
@@ -224,7 +228,7 @@ def record(llm, init_s: float, keep: dict[str, float]) -> dict:
             "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
             "tag": TAG, "overlap": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
             "ubatch_tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
-            "warm_up_rounds": int(os.environ.get("E2E_WARMUP", "1")),
+            "warm_up_rounds": WARMUP,
             "adaptive_step_cost": adaptive_step_cost(),
             "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
 

@@ -378,8 +378,25 @@ def test_a_stale_median_is_forgotten() -> None:
     assert costs.unmeasured() == [2]
     assert costs.relative()[2] == pytest.approx(0.105)
     costs.observe(1, 0.034)
-    assert costs.unmeasured() == [2, 3]
     assert costs.relative()[2] == pytest.approx(0.034 * 3.0)
+    assert costs.unmeasured() == [2, 3]
+    for _ in range(2):
+        costs.observe(3, 0.075)
+    assert costs.unmeasured() == [2, 3]  # timed afresh: the dear three are gone, two are not enough
+    costs.observe(3, 0.075)
+    assert costs.relative()[2] == pytest.approx(0.075)
+
+
+def test_a_stale_batch_size_lends_nothing() -> None:
+    """Without priors by batch size an untimed batch borrows the nearest timed one's
+    medians, but never stale ones."""
+    costs = est.StepCosts(prior=[1.0, 2.0, 3.0])
+    for _ in range(3):
+        costs.observe(1, 0.5, requests=2)
+    for _ in range(costs.stale_after + 1):
+        costs.observe(2, 0.03, requests=1)
+    costs.observe(1, 0.9, requests=4)  # one timing: four requests borrow the nearest timed batch's
+    assert costs.relative() == pytest.approx([0.015, 0.03, 0.045])  # one request's, not two's stale 0.5
 
 
 def test_step_costs_are_per_batch_size() -> None:
@@ -598,15 +615,15 @@ def test_a_request_that_does_not_run_spends_nothing_and_is_seldom_looked_at() ->
     assert wakes_of(shallow, idle, 160, ran=set()) <= 160 // 8 and idle.depth == 0 and not idle.probing
 
 
-@pytest.mark.parametrize(("costs", "accepted", "requests", "wait"), [
-    ([1.0, 2.05, 2.83], 0.42, 1, 63),  # the H200 stand-in, one request reasoning: a probe loses 0.63 of a step
-    ([1.0, 1.62, 2.16], 0.42, 2, 40),  # two: it loses 0.2 of a step, and makes both verify a draft
-    ([1.0, 2.05, 2.83], 0.95, 1, 10),  # acceptance rising: probes come sooner
-    ([1.0, 1.0, 1.0], 0.3, 1, 8),  # a probe that loses nothing: every probe_interval steps
+@pytest.mark.parametrize(("costs", "accepted", "wait"), [
+    ([1.0, 2.05, 2.83], 0.42, 63),  # the H200 stand-in, one request reasoning: a probe loses 0.63 of a step
+    ([1.0, 1.62, 2.16], 0.42, 20),  # two requests: it loses 0.2 of a step
+    ([1.0, 2.05, 2.83], 0.95, 10),  # acceptance rising: probes come sooner
+    ([1.0, 1.0, 1.0], 0.3, 8),  # a probe that loses nothing: every probe_interval steps
+    ([1.0, 4.0, 6.0], 0.1, 64),  # never later than a steady choice's longest hold (4 x 16)
 ])
-def test_probes_at_depth_0_lose_at_most_one_percent(costs: list[float], accepted: float, requests: int,
-                                                    wait: int) -> None:
-    assert depth_clock.DecisionClock(16, 16, 8).probe_wait(costs, accepted, requests) == wait
+def test_probes_at_depth_0_lose_at_most_one_percent(costs: list[float], accepted: float, wait: int) -> None:
+    assert depth_clock.DecisionClock(16, 16, 8).probe_wait(costs, accepted) == wait
 
 
 def test_probes_wait_for_their_step_under_async_scheduling() -> None:

@@ -126,7 +126,7 @@ class Adaptive:
             return clock.wake_in(state, 1)
         if state.depth == 0:
             accepted = state.acceptance[state.phase].estimate()[0]
-            return clock.wake_in(state, first or clock.probe_wait(self.costs.relative(), accepted, len(self.requests)))
+            return clock.wake_in(state, first or clock.probe_wait(self.costs.relative(), accepted))
         hold = clock.held(state, kept=state.depth == previous and not force)
         clock.wake_in(state, first or hold)
 

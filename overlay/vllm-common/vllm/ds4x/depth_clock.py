@@ -15,7 +15,7 @@ from .depth_tally import RETIRED
 
 REFILL_EVERY = 16  # engine steps that earn one exploring step back
 MAX_HOLD_TIMES = 4  # a steady choice waits up to this many holds
-PROBE_LOSS = 0.01  # the share of a request's time at depth 0 its probes may lose, in expectation
+PROBE_LOSS = 0.01  # the share of the time probes at depth 0 may lose, in expectation
 
 
 class DecisionClock:
@@ -41,16 +41,17 @@ class DecisionClock:
         state.hold = min(2 * state.hold, MAX_HOLD_TIMES * self.hold) if kept else self.hold
         return state.hold
 
-    def probe_wait(self, costs: list[float], accepted: float, requests: int) -> int:
-        """At depth 0, steps to the next one-step probe (it verifies one draft): every
-        probe_interval steps, or rarer so that probes lose at most PROBE_LOSS of the
-        time. A probe loses what its step costs over a depth-0 step, less the draft
-        it expects accepted (`costs`: step cost by tokens verified; `accepted`: the
-        estimate at the first position), so probes come sooner as acceptance rises;
-        and it makes the whole batch verify a draft (every request learns from it),
-        so each of `requests` probes that many times rarer."""
+    def probe_wait(self, costs: list[float], accepted: float) -> int:
+        """At depth 0, steps to the next decision, where it probes (one step verifying
+        one draft) unless it learned something meanwhile (another request's probe or
+        deeper choice made the batch verify drafts): every probe_interval steps, or
+        rarer so that probes lose at most PROBE_LOSS of the batch's time, but no later
+        than a steady choice's longest hold. A probe loses what its step costs over a
+        depth-0 step, less the draft it expects accepted (`costs`: step cost by tokens
+        verified; `accepted`: the estimate at the first position), so probes come
+        sooner as acceptance rises."""
         loss = costs[1] / costs[0] - 1 - accepted
-        return max(self.probe_interval, math.ceil(round(requests * loss / PROBE_LOSS, 6)))
+        return min(max(self.probe_interval, math.ceil(round(loss / PROBE_LOSS, 6))), MAX_HOLD_TIMES * self.hold)
 
     def wake_in(self, state: RequestState, steps: int) -> None:
         state.wake_at = self.steps + steps

@@ -161,14 +161,16 @@ class StepCosts:
     _relative: list[float] | None = None
     _unmeasured: list[int] | None = None
     _fresh_until: int = 0
-    """the clock up to which no timed length of the current batch goes stale"""
+    """the clock up to which no timing goes stale"""
 
     def observe(self, tokens: int, seconds: float, requests: int = 1) -> None:
+        self.clock += 1
+        if self.clock > self._fresh_until:
+            self._forget_stale()  # before this timing: a stale length starts afresh
         key = (requests, tokens)
         kept = self.samples.setdefault(key, [])
         kept.append(seconds)
         del kept[: -self.window]
-        self.clock += 1
         self.last_seen[key] = self.clock
         if len(kept) >= self.min_samples:
             median, timed = sorted(kept)[len(kept) // 2], self.medians.setdefault(requests, {})
@@ -178,8 +180,22 @@ class StepCosts:
         if requests != self.batch:
             self.batch = requests
             self._relative = self._unmeasured = None
-        elif self._unmeasured is not None and (tokens in self._unmeasured or self.clock > self._fresh_until):
+        elif self._unmeasured is not None and tokens in self._unmeasured:
             self._unmeasured = None
+
+    def _forget_stale(self) -> None:
+        """Every length not timed for stale_after timed steps, at any batch size, is
+        forgotten: no stale median prices a step (the prior does, scaled by fresh
+        timings, until it is timed again), so one dear spell cannot keep a depth
+        from being chosen and re-timed."""
+        for key in [key for key, seen in self.last_seen.items() if self.clock - seen > self.stale_after]:
+            requests, tokens = key
+            del self.samples[key], self.last_seen[key]
+            timed = self.medians.get(requests, {})
+            if timed.pop(tokens, None) is not None and not timed:
+                del self.medians[requests]
+            self._relative = self._unmeasured = None
+        self._fresh_until = min(self.last_seen.values(), default=self.clock) + self.stale_after
 
     def seen(self, requests: int) -> dict[int, float]:
         return dict(self.medians.get(requests, {}))
@@ -201,21 +217,6 @@ class StepCosts:
     def unmeasured(self) -> list[int]:
         """Lengths with too few timings at the current batch, or none lately."""
         if self._unmeasured is None:
-            batch = self.batch
-            # when each timed length goes stale
-            due = {t: self.last_seen[(batch, t)] + self.stale_after for t in self.medians.get(batch, {})}
-            for t in [t for t, d in due.items() if self.clock > d]:
-                self._forget(batch, t)
-                del due[t]
-            self._unmeasured = [t for t in range(1, len(self.prior) + 1) if t not in due]
-            self._fresh_until = min(due.values(), default=self.clock + self.stale_after)
+            timed = self.medians.get(self.batch, {})
+            self._unmeasured = [t for t in range(1, len(self.prior) + 1) if t not in timed]
         return self._unmeasured
-
-    def _forget(self, requests: int, tokens: int) -> None:
-        """A stale median prices nothing: the (scaled) prior does until the length is
-        timed again, so one dear spell cannot keep a depth from being chosen and re-timed."""
-        key = (requests, tokens)
-        del self.samples[key], self.last_seen[key], self.medians[requests][tokens]
-        if not self.medians[requests]:
-            del self.medians[requests]
-        self._relative = None

@@ -102,7 +102,9 @@ class DraftDepthConfig:
     """adaptive: at depth 0 nothing is verified, so every this many steps one
     step verifies one draft, to keep the acceptance estimate current; rarer
     where a probe loses more (its step's cost over a depth-0 step, less the
-    draft it expects accepted), so that probes lose at most 1% of the time."""
+    draft it expects accepted), so that probes lose at most 1% of the time,
+    but at least once every 4 x hold_steps. A request that learned from the
+    batch meanwhile (another's probe or deeper choice) decides without one."""
     explore_steps: int = 16
     """adaptive: steps it may spend in a row at depths whose step cost is untimed
     or stale, to time them (live timings come from batches of one verify
