@@ -1,8 +1,10 @@
 """What case.py and e2e.py share: the engine settings of the kernel-free harness,
 vLLM's spec-decode metrics, and counters of what a run of the patched fork did on
 the GPU, in-process: CUDA graph replays per graph manager and query length, decode
-steps replayed or eager, lk_moe calls (captured, or eager in prefill or in decode)
-and the drafter's graph replays by the query length of the target step they follow.
+steps replayed or eager, lk_moe calls (captured, or eager in prefill or in decode),
+the drafter's graph replays by the query length of the target step they follow, and at
+LVLLM_MOE_OVERLAP=ubatch the graphs captured as two micro-batches and the decode steps
+that replayed one.
 Counters.install() goes before the engine is made. DS4X_GPU_TARGET (setup.sh) names the
 tree: lvllmds4-x (default) or vllm, upstream 0.32.0, which has no lk_moe to count."""
 
@@ -38,6 +40,8 @@ class Counters:
         self.decode_steps = {"graph": Counter(), "eager": Counter()}
         self.moe: Counter = Counter()
         self.drafter_after: Counter = Counter()  # drafter replays by the query length of the target step
+        self.split_graphs: set[str] = set()  # t<tokens>:r<requests> captured as two micro-batches
+        self.split_steps: Counter = Counter()  # decode steps that replayed a split graph, by query length
         self._replayed = False
         self._step: str | None = None  # query length of the running decode step; None: prefill or dummy
 
@@ -45,6 +49,7 @@ class Counters:
         """Start-up (dummy runs, capture) aside: count what requests do from here."""
         self.decode_steps = {"graph": Counter(), "eager": Counter()}
         self.drafter_after.clear()
+        self.split_steps.clear()
         self.moe = Counter({k: v for k, v in self.moe.items() if "capturing" in k})
 
     def install(self) -> list:
@@ -65,7 +70,29 @@ class Counters:
         MR.GPUModelRunner.execute_model = execute_model
         if LK_MOE:
             self.count_lk_moe()
+            if not self.v1:
+                self.count_splits()
         return managers
+
+    def count_splits(self) -> None:
+        """The fork's ubatch_split, as the model runner calls it (by module attribute):
+        a capture it split, and a step whose graph it refreshed as split before replay."""
+        from vllm.ds4x import ubatch_split as US
+
+        capture, refresh = US.capture_split, US.refresh
+
+        def capture_split(vllm_config, desc, *a, **k):
+            split = capture(vllm_config, desc, *a, **k)
+            if split is not None:
+                self.split_graphs.add(f"t{desc.num_tokens}:r{desc.num_reqs}")
+            return split
+
+        def refreshed(vllm_config, desc, *a):
+            if self._step is not None and US.parts_for(vllm_config, desc) is not None:
+                self.split_steps[self._step] += 1
+            return refresh(vllm_config, desc, *a)
+
+        US.capture_split, US.refresh = capture_split, refreshed
 
     def count_lk_moe(self) -> None:
         import torch
@@ -132,7 +159,10 @@ class Counters:
 
     def report(self, managers: list) -> dict:
         return {"graphs": graph_keys(managers), "replays": self.replays, "decode_steps": self.decode_steps,
-                "lk_moe": self.moe, "drafter_after": self.drafter_after}
+                "lk_moe": self.moe, "drafter_after": self.drafter_after,
+                "ubatch": {"level": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
+                           "tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
+                           "split_graphs": sorted(self.split_graphs), "split_steps": self.split_steps}}
 
 
 def graph_keys(graph_tables: list) -> dict:

@@ -103,6 +103,8 @@ def main(resdir: Path) -> int:
             print("   spec metrics:", json.dumps(depth))
         if result and result.get("lk_moe"):
             print("   lk_moe calls:", json.dumps(result["lk_moe"]))
+        if result and result.get("ubatch", {}).get("level", "off") != "off":
+            print("   LVLLM_MOE_OVERLAP:", json.dumps(result["ubatch"]))
         problems = check(case, result, results.get("-".join([kind, "eager", *runner])))
         failed += bool(problems)
         print("   " + ("FAIL: " + "; ".join(problems) if problems else
