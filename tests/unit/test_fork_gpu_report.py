@@ -106,3 +106,14 @@ def test_a_dflash_case_must_replay_the_drafters_own_graphs(tmp_path: Path, capsy
     replayed["replays"]["DFlashCudaGraphManager"] = {}
     assert load().main(write(tmp_path, results, list(results))) == 1
     assert "DFlash's drafter replayed none of its own graphs" in capsys.readouterr().out
+
+
+def test_splits_are_reported_at_ubatch_only(passing: dict[str, dict[str, Any]], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """At LVLLM_MOE_OVERLAP=ubatch a case's split graphs and split steps are printed; at off, nothing."""
+    split = {"level": "ubatch", "tokens": "3", "split_graphs": ["t2:r2", "t6:r2"], "split_steps": {"3": 9}}
+    passing["moe-phase02"]["ubatch"] = split
+    passing["moe-adaptivelow"]["ubatch"] = {**split, "level": "off", "split_graphs": [], "split_steps": {}}
+    assert load().main(write(tmp_path, passing, list(passing))) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "LVLLM_MOE_OVERLAP" in line]
+    assert lines == ['   LVLLM_MOE_OVERLAP: ' + json.dumps(split)]
