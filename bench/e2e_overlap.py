@@ -28,10 +28,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.e2e_decode import decode_problems, read_engine, read_json, sim
+from bench.e2e_decode import PREDICTION_SLACK, decode_problems, read_engine, read_json, sim
 
 BASE = "off"
-PREDICTION_SLACK = 0.10
 NAME = re.compile(r"e2e-(nospec|spec)-([a-z]+)\.json")
 Run = dict[str, Any]
 Key = tuple[str, int, str, int]  # phase, requests, policy, round
