@@ -41,41 +41,34 @@ def worded(error: Ds4xError) -> tuple[str, str | None]:
 def _missing(error: MissingInputs) -> tuple[str, str]:
     """One line per missing input, and one hint line per input on how to get it."""
     kinds = " and ".join(f"its {m.kind}" for m in error.missing)
-    lines = [f"target {error.target} lacks {kinds}:", *(f"  - {_lacks(m)}" for m in error.missing)]
-    hints = [f"{m.kind}: {_get(m)}" for m in error.missing]
+    worded = [(m.kind, *_lack_and_fix(m)) for m in error.missing]
+    lines = [f"target {error.target} lacks {kinds}:", *(f"  - {lack}" for _, lack, _ in worded)]
+    hints = [f"{kind}: {fix}" for kind, _, fix in worded]
     return "\n".join(lines), "\n      ".join(hints)  # under the CLI's "hint: "
 
 
-def _lacks(m: MissingInput) -> str:
+def _lack_and_fix(m: MissingInput) -> tuple[str, str]:
+    """What is missing and why, and how to get it: one branch per kind of lack."""
     what = f"{m.kind} {m.what}" if m.what else m.kind
-    if m.lack == "none-given":
-        return f"{m.kind}: none given (--kernels), and pins.toml pins none"
-    if m.lack == "offline":
-        return f"{what}: not in the cache ({m.where}), and --offline"
-    if m.lack == "no-mirror":
-        return f"{what}: not in the cache, and no mirror is set for {m.upstream}"
-    if m.lack == "mirror-missing":
-        return f"{what}: its mirror {m.where} does not exist"
-    return f"{what}: the mirror of {m.upstream} is the local {m.where}, which has no such file"  # mirror-has-no-file
-
-
-def _get(m: MissingInput) -> str:
     if m.lack == "none-given":
         known = ", ".join(m.releases) if m.releases else "none yet"
         shared = ", ".join(m.kernel_sources) or "kernel sources"
-        return (f"--kernels release:TAG (pins.toml knows: {known}), "
+        return (f"{m.kind}: none given (--kernels), and pins.toml pins none",
+                f"--kernels release:TAG (pins.toml knows: {known}), "
                 f"--kernels wheel:PATH_OR_URL (a release wheel whose commit has the pin's {shared}), "
                 "or --kernels source (CUDA toolchain and the fork's build requirements; "
                 "TORCH_CUDA_ARCH_LIST, default 12.0)")
     if m.lack == "offline":
-        return "run once without --offline"
+        return f"{what}: not in the cache ({m.where}), and --offline", "run once without --offline"
     if m.lack == "mirror-missing":
-        return "fix --mirror / DS4X_MIRRORS"
+        return f"{what}: its mirror {m.where} does not exist", "fix --mirror / DS4X_MIRRORS"
     serves = "PATH_OR_URL" if m.kind == "source" else "URL (http(s) or file://; URL/download/<tag>/<file>)"
     mirror = f"--mirror {m.upstream}={serves} (or DS4X_MIRRORS)"
     if m.lack == "no-mirror":
-        return f"the next run fetches it from {m.upstream} if that is reachable; where it is blocked, {mirror}"
-    return f"{mirror}: a git repository holds no release files"  # mirror-has-no-file
+        return (f"{what}: not in the cache, and no mirror is set for {m.upstream}",
+                f"the next run fetches it from {m.upstream} if that is reachable; where it is blocked, {mirror}")
+    return (f"{what}: the mirror of {m.upstream} is the local {m.where}, which has no such file",  # mirror-has-no-file
+            f"{mirror}: a git repository holds no release files")
 
 
 def said(problem: PatchProblem) -> str:

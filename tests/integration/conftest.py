@@ -108,6 +108,18 @@ def engine_python(vllm_wheel: Path, settings: sources.Settings, repo_pins: pins.
     return python
 
 
+# What vLLM's and the fork's tests/conftest.py import beyond the engine venv's packages.
+OWN_TEST_PACKAGES = ["pytest", "tblib"]
+
+
+@pytest.fixture(scope="session")
+def own_tests_python(engine_python: Path) -> Path:
+    """The engine venv with what vLLM's and the fork's own tests need, through the user's pip index."""
+    if subprocess.run([engine_python, "-c", f"import {', '.join(OWN_TEST_PACKAGES)}"], capture_output=True).returncode:
+        subprocess.run([engine_python, "-m", "pip", "install", "-q", "--no-compile", *OWN_TEST_PACKAGES], check=True)
+    return engine_python
+
+
 @pytest.fixture(scope="session")
 def tiny_model(engine_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     dest = tmp_path_factory.mktemp("tiny-model")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +58,6 @@ TEST_FILES = [
     "tests/model_executor/test_deepseek_v4_moe_metadata.py",
     "tests/kernels/moe/test_moe_weight_loading_padded.py",
 ]
-
-# What the fork's tests/conftest.py imports beyond the engine venv's packages.
-TEST_PACKAGES = ["pytest", "tblib"]
 
 PROBE = """import importlib.metadata, json, os, vllm
 from vllm.platforms import current_platform
@@ -112,21 +108,13 @@ def fork_site(tmp_path_factory: pytest.TempPathFactory, repo_pins: pins.Pins) ->
 
 
 @pytest.fixture(scope="module")
-def fork_test_python(engine_python: Path) -> Path:
-    """The engine venv with what the fork's tests/conftest.py needs, through the user's pip index."""
-    if subprocess.run([engine_python, "-c", "import pytest, tblib"], capture_output=True).returncode:
-        subprocess.run([engine_python, "-m", "pip", "install", "-q", "--no-compile", *TEST_PACKAGES], check=True)
-    return engine_python
-
-
-@pytest.fixture(scope="module")
-def runs(fork_test_python: Path, fork_trees: dict[str, Path], fork_site: Path,
+def runs(own_tests_python: Path, fork_trees: dict[str, Path], fork_site: Path,
          tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Both trees at once (one core each on a 2-core machine): {tree: {imported, outcomes, log}}."""
     started = {}
     for tree, root in fork_trees.items():
         work = tmp_path_factory.mktemp(f"fork-tests-{tree}")
-        started[tree] = (work, *start(fork_test_python, root, work, f"{root}{os.pathsep}{fork_site}", probe=PROBE,
+        started[tree] = (work, *start(own_tests_python, root, work, f"{root}{os.pathsep}{fork_site}", probe=PROBE,
                                        test_files=TEST_FILES, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor")))
     return finished(started, "the fork's tests")
 

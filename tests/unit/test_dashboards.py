@@ -4,7 +4,6 @@ query (and the PromQL in vllm/ds4x/spec_metrics.py) parses as PromQL."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
@@ -12,16 +11,14 @@ from types import ModuleType
 import promql_parser
 import pytest
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 METRIC = re.compile(r"vllm:[a-z_]+")
 
 
 def make() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_dashboards", ROOT / "examples/dashboards/make_dashboards.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/dashboards/make_dashboards.py")
 
 
 def queries() -> list[str]:

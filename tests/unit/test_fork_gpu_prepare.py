@@ -6,7 +6,6 @@ upstream edits are checked against the real pinned sdist with our series applied
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -16,16 +15,13 @@ from types import ModuleType
 import pytest
 
 from ds4x.cli import main as ds4x
+from tests.scripts import load_script
 
 HARNESS = Path(__file__).resolve().parents[2] / "ci" / "fork-gpu"
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fork_gpu_prepare", HARNESS / "prepare_fork.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ci/fork-gpu/prepare_fork.py")
 
 
 P = load()

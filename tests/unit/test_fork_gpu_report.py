@@ -6,7 +6,6 @@ graphs did not do what they must."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
@@ -14,16 +13,13 @@ from typing import Any
 
 import pytest
 
-REPORT = Path(__file__).resolve().parents[2] / "ci" / "fork-gpu" / "report.py"
+from tests.scripts import load_script
+
 TOKENS = [[7, 8, 9], [7, 7, 7]]
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fork_gpu_report", REPORT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ci/fork-gpu/report.py")
 
 
 def case(graph: dict[str, int], drafter_after: dict[str, int] | None = None, **changes: Any) -> dict[str, Any]:

@@ -39,6 +39,17 @@ def make_patch(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path
     return tree
 
 
+def pin_upstream_change(project: Path, git_repo: Repo, lookup: str) -> str:
+    """Upstream commits `lookup` as its demo/lookup.py, and the project pins that commit (returned)."""
+    upstream, pinned = git_repo
+    (upstream / "demo/lookup.py").write_text(lookup)
+    git(upstream, "commit", "-qam", "upstream changed the lookup")
+    new = git(upstream, "rev-parse", "HEAD")
+    pins = project / "pins.toml"
+    pins.write_text(pins.read_text().replace(pinned, new))
+    return new
+
+
 def test_fetch_through_mirror_is_sparse_and_verified(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
     code, out, _ = run(capsys, project, tmp_path, git_repo, "fetch")
     assert code == 0
@@ -114,18 +125,24 @@ def test_unlisted_patch_fails_check(capsys: pytest.CaptureFixture[str], project:
     assert code == 1 and "stray.patch: not listed in series" in err
 
 
-def test_patch_that_does_not_apply_names_file_and_hunk(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
-    make_patch(capsys, project, tmp_path, git_repo)
-    upstream, _ = git_repo
-    (upstream / "demo/lookup.py").write_text("def find(name):\n    return 'cudart' in name\n\n\nLIMIT = 1\n")
-    git(upstream, "commit", "-qam", "upstream moved")
-    new = git(upstream, "rev-parse", "HEAD")
-    pins = project / "pins.toml"
-    pins.write_text(pins.read_text().replace(git_repo[1], new))
+MOVED = "def find(name):\n    return 'cudart' in name\n\n\nLIMIT = 1\n"
+
+
+@pytest.mark.parametrize(("upstream_took_ours", "said", "hint"), [
+    (False, "does not apply to demo @ {new}: hunk at demo/lookup.py:1", "hint: rebase it: `build.py apply --target demo`"),
+    (True, "already applied upstream (the pinned source) at demo @ {new}", "hint: delete line 1 of"),
+])
+def test_check_names_what_an_upstream_change_did_to_a_patch(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path,
+                                                             git_repo: Repo, upstream_took_ours: bool, said: str,
+                                                             hint: str) -> None:
+    """Upstream moved the lines the patch changes (it no longer applies: file and hunk named), or
+    took the same change (the patch is no longer needed)."""
+    tree = make_patch(capsys, project, tmp_path, git_repo)
+    new = pin_upstream_change(project, git_repo, (tree / "demo/lookup.py").read_text() if upstream_took_ours else MOVED)
     code, _, err = run(capsys, project, tmp_path, git_repo, "check")
     assert code == 1
-    assert f"demo-exact-lookup.patch: does not apply to demo @ {new[:12]}: hunk at demo/lookup.py:1" in err
-    assert "hint: rebase it: `build.py apply --target demo`" in err
+    assert "demo-exact-lookup.patch: " + said.format(new=new[:12]) in err
+    assert hint in err
 
 
 def test_corrupt_patch_is_named_as_such(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
@@ -154,20 +171,6 @@ def test_wheel_into_an_unwritable_dist(capsys: pytest.CaptureFixture[str], proje
     with pytest.raises(SystemExit) as exit:  # refused by argparse, before any work
         run(capsys, project, tmp_path, git_repo, "wheel", "--target", "demo", "--dist", str(blocked / "dist"))
     assert exit.value.code == 2 and f"--dist: '{blocked / 'dist'}': {blocked} is a file, not a folder" in capsys.readouterr().err
-
-
-def test_patch_already_upstream_is_reported(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
-    tree = make_patch(capsys, project, tmp_path, git_repo)
-    upstream, _ = git_repo
-    (upstream / "demo/lookup.py").write_text((tree / "demo/lookup.py").read_text())
-    git(upstream, "commit", "-qam", "upstream took our fix")
-    new = git(upstream, "rev-parse", "HEAD")
-    pins = project / "pins.toml"
-    pins.write_text(pins.read_text().replace(git_repo[1], new))
-    code, _, err = run(capsys, project, tmp_path, git_repo, "check")
-    assert code == 1
-    assert f"demo-exact-lookup.patch: already applied upstream (the pinned source) at demo @ {new[:12]}" in err
-    assert "hint: delete line 1 of" in err
 
 
 def test_apply_refuses_existing_tree_and_leaves_none_on_failure(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
