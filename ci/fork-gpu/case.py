@@ -9,6 +9,8 @@ Usage: case.py CASE OUTDIR MODELROOT
   with n-gram drafts. adaptivelow (v2): adaptive with each draft kept with probability
   LOW_KEEP (drafts.py), so acceptance is low and adaptive must verify fewer than K.
   dflash: a Qwen3 target with a random DFlash draft (DSpark's family; v2 only).
+  dsv4: DeepSeek-V4 with a DSpark draft (dsv4_model.py), MXFP4 experts on lk_moe, the user's
+  settings (DSV4_ENGINE: fp8_ds_mla KV, max-num-seqs 2) and reasoning parser deepseek_v4.
   moe: the fork only (lk_moe); with DS4X_GPU_TARGET=vllm (upstream 0.32.0) the case fails by name.
 Two requests reason (their prompt opens <think>) for 64 tokens, two answer (</think>
 closed) for 24, so decode batches are mixed first and reasoning-only after."""
@@ -20,7 +22,7 @@ import time
 from pathlib import Path
 
 from drafts import DraftFilter
-from harness import EAGER, ENGINE, GRAPHS, LK_MOE, TARGET, Counters, spec_metrics
+from harness import DSV4_ENGINE, EAGER, ENGINE, GRAPHS, LK_MOE, TARGET, Counters, spec_metrics
 
 from engine.policies import POLICIES
 
@@ -37,7 +39,7 @@ TEXTS = [("Let me think about the file layout", 64, False), ("for i in range(10)
 def prompts(path: str) -> list:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = AutoTokenizer.from_pretrained(path + "/target" if KIND == "dsv4" else path)
     out = []
     for text, _, answering in TEXTS:
         ids = tok(text)["input_ids"] + [THINK] + (tok(" plan")["input_ids"] + [END_THINK] if answering else [])
@@ -48,25 +50,35 @@ def prompts(path: str) -> list:
 def engine_args(path: str) -> dict:
     kw = {**ENGINE, "model": path, "max_model_len": 512, "max_num_seqs": 4, "max_num_batched_tokens": 512,
           "gpu_memory_utilization": 0.05}
+    if KIND == "dsv4":  # the user's settings (DSV4_ENGINE); DeepSeek-V4 picks its own attention
+        kw = {**{k: v for k, v in kw.items() if k != "attention_config"}, **DSV4_ENGINE, "model": path + "/target"}
     if MODE == "eager":
         return {**kw, **EAGER}
     spec = ({"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3, "prompt_lookup_min": 1} if V1
             else {"method": "dflash", "model": path + "_draft", "num_speculative_tokens": K} if KIND == "dflash"
+            else {"method": "dspark", "model": path + "/draft", "num_speculative_tokens": K,
+                  "draft_sample_method": "greedy"} if KIND == "dsv4"
             else {"method": "eagle", "model": path + "_eagle", "num_speculative_tokens": K})
     policy = POLICIES[{"phase12": "phase 1/2", "phase02": "phase 0/2", "adaptivelow": "adaptive"}.get(MODE, MODE)]
     if policy is not None:
         spec["draft_depth"] = policy
-    return {**kw, **GRAPHS, "reasoning_parser": "deepseek_r1", "speculative_config": spec}
+    parser = "deepseek_v4" if KIND == "dsv4" else "deepseek_r1"
+    return {**kw, **GRAPHS, "reasoning_parser": parser, "speculative_config": spec}
 
 
 def run() -> dict:
-    if KIND == "moe" and not LK_MOE:
+    if KIND in ("moe", "dsv4") and not LK_MOE:
         raise RuntimeError(f"{CASE}: MoE cases put every expert on lk_moe, the fork's; not in target {TARGET}")
+    if KIND == "dsv4":
+        from dsv4_model import install_loader
+
+        install_loader()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0" if V1 else "1"
     counters = Counters(K, V1)
     managers = counters.install()
-    drafts = DraftFilter(vocab=json.loads((Path(ROOT) / KIND / "config.json").read_text())["vocab_size"])
+    config = Path(ROOT) / KIND / ("target/config.json" if KIND == "dsv4" else "config.json")
+    drafts = DraftFilter(vocab=json.loads(config.read_text())["vocab_size"])
     if MODE == "adaptivelow":
         drafts.set(default=LOW_KEEP)
         drafts.install()

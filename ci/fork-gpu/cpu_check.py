@@ -235,6 +235,15 @@ class Made(Exception):
     pass
 
 
+def markers(c) -> bool:
+    """The phase tracker's markers, as the scheduler makes them from the case's reasoning parser."""
+    from vllm.ds4x.spec_scheduling import phase_tracker
+
+    tracker = phase_tracker(c)
+    print("     phase markers: start", tracker.start if tracker else None, "end", tracker.end if tracker else None)
+    return bool(tracker and tracker.start and tracker.end)
+
+
 def check_case(case: str, root: str) -> int:
     """The case's VllmConfig, as LLM(...) builds it, or the error that stops it."""
     from vllm.ds4x.decode_graphs import decode_query_lens
@@ -259,7 +268,9 @@ def check_case(case: str, root: str) -> int:
         k = c.speculative_config.num_speculative_tokens if c.speculative_config else 0
         lens = decode_query_lens(c, 1 + k)
         print("ok  ", case, "v2" if c.use_v2_model_runner else "v1", c.compilation_config.cudagraph_mode.name,
-              c.attention_config.backend.name, "query lengths", lens)
+              getattr(c.attention_config.backend, "name", "auto"), "query lengths", lens)
+        if c.speculative_config and c.structured_outputs_config.reasoning_parser and not markers(c):
+            return 1
         bad = check_ubatch(c, list(lens or [1 + k]))
         from vllm.ds4x import ubatch_split
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -138,3 +139,27 @@ def test_the_launch_scripts_variables_are_read_by_the_fork(patched_fork: Path, t
     assert names
     source = "\n".join(p.read_text(errors="replace") for p in (patched_fork / "vllm").rglob("*.py"))
     assert [name for name in names if name not in source] == []
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_deepseek_v4_dspark_cases_configure_with_the_forks_reasoning_markers(
+        patched_fork: Path, engine_python: Path, tmp_path: Path) -> None:
+    """The GPU harness's DeepSeek-V4 + DSpark cases, taken through the fork's own LLM(...)
+    on the CUDA platform forced on the CPU: the config is accepted (fp8_ds_mla KV, DSpark,
+    FULL_DECODE_ONLY) and the phase tracker finds the fork's deepseek_v4 markers, which its
+    parser gives only with thinking on (without it the policy never saw an answer)."""
+    root = Path(__file__).parents[2]
+    harness, tree, site = root / "ci" / "fork-gpu", tmp_path / "fork", tmp_path / "site"
+    shutil.copytree(patched_fork / "vllm", tree / "vllm")  # prepare_fork edits the tree it is given
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (harness, root)))}
+    subprocess.run([engine_python, harness / "prepare_fork.py", tree, site], check=True, env=env)
+    subprocess.run([engine_python, harness / "dsv4_model.py", tmp_path / "models" / "dsv4"], check=True, env=env,
+                   capture_output=True)
+    env["PYTHONPATH"] = os.pathsep.join(map(str, (tree, site, root, harness)))
+    done = subprocess.run([engine_python, harness / "cpu_check.py", tmp_path / "models", "dsv4-eager", "dsv4-phase02"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "ok   dsv4-phase02 v2 FULL_DECODE_ONLY" in done.stdout
+    # engine/tiny_model.py's <think> = 1 and </think> = 2, then the tool-call marker's tokens
+    assert "phase markers: start [(1,)] end [(2,), (" in done.stdout

@@ -22,6 +22,9 @@ from vllm.v1.spec_decode.metrics import SpecDecodingStats
 logger = init_logger(__name__)
 
 
+THINKING = {"thinking": True, "enable_thinking": True}  # chat kwargs that turn a parser's markers on
+
+
 def phase_tracker(vllm_config: Any) -> PhaseTracker | None:
     """Markers from the configured reasoning parser, tokenized like the model's
     text: its start/end strings plus any implicit end markers (DeepSeek-V4's
@@ -33,14 +36,18 @@ def phase_tracker(vllm_config: Any) -> PhaseTracker | None:
     from vllm.tokenizers import cached_tokenizer_from_config
 
     tokenizer = cached_tokenizer_from_config(model_config=vllm_config.model_config)
-    parser = ReasoningParserManager.get_reasoning_parser(parser_name)(tokenizer)
+    # The markers are the model's whatever a request's chat settings: the fork's
+    # deepseek_v4 parser has none unless thinking is on (it delegates to an identity
+    # parser), and a request that does not think has the section closed in its prompt.
+    parser = ReasoningParserManager.get_reasoning_parser(parser_name)(tokenizer, chat_template_kwargs=THINKING)
 
     def encode(text: str | None) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False) if text else []
 
     starts = [encode(getattr(parser, "reasoning_start_str", None))]
     ends = [encode(getattr(parser, "reasoning_end_str", None))]
-    ends += [encode(m) for m in getattr(parser, "implicit_end_markers", ())]
+    delegate = getattr(parser, "_parser", parser)  # the fork's deepseek_v4 parser keeps them there
+    ends += [encode(m) for m in getattr(parser, "implicit_end_markers", getattr(delegate, "implicit_end_markers", ()))]
     return PhaseTracker(starts, ends)
 
 

@@ -1,0 +1,159 @@
+"""A tiny DeepSeek-V4 with a DSpark draft, for the fork's own model classes on the GPU
+machine: configs and tokenizer written here, weights made in the engine process
+(load_format "dummy"; these seeded weights replace vLLM's random ones), nothing carried.
+
+Target (`DeepseekV4ForCausalLM`): DeepSeek-V4-Flash's config keys and kernel-fixed sizes
+(head_dim 512, rope 64, index head 128, yarn rope, fp8 block-128 linears with e8m0
+scales, mHC with 4 streams, sliding window 128) with few layers: layer 0 hash-routed
+and sliding-window only, layer 1 compressed 4:1 with its indexer, layer 2 compressed
+128:1. Every MoE layer has Flash's routed experts: 256 of hidden 4096 and intermediate
+2048, top-6, MXFP4 on lk_moe (3.2 GiB a layer in host memory), and a shared expert.
+Draft (`DSparkDraftModel`): one draft layer (sliding window, MXFP4 experts), main_proj
+over target layers 0-2, a Markov head and a confidence head; embeddings and lm_head
+are the target's.
+
+Greedy output is a known cycle (e2e_model.py's): what each layer adds stays small
+against the token's embedding (output projections and the experts' down projections
+scaled down), mHC's mixes are positive (the streams stay the embedding), and row next(t)
+of lm_head is t's embedding. DSpark's Markov head maps the previous token to its
+successor (rank-64 random codes, margin far above lm_head's), so its drafts are right
+and `DraftFilter` sets acceptance.
+
+Usage: dsv4_model.py DEST   -> DEST/target, DEST/draft (configs and tokenizer)"""
+
+import json
+import sys
+import zlib
+from pathlib import Path
+
+import torch
+from e2e_model import END_THINK, THINK, VOCAB, successor
+
+NOISE_TOKEN = VOCAB - 1  # DSpark's parallel-drafting token: outside both cycles
+MARKOV_RANK = 64
+LAYERS = 3
+TARGET_LAYERS_FOR_DRAFT = [0, 1, 2]
+HEAD_SCALE = 1 / 64  # lm_head rows: the target's margin ~64 logits
+MARKOV_SCALE = 4.0  # the Markov head's margin ~MARKOV_RANK * MARKOV_SCALE, over lm_head's
+SCALE_BYTES = {"normal": 121, "small": 100}  # e8m0: 2^(b-127); 'small': outputs that must not move the stream
+EXPERT_SCALE_BYTES = {"w13": 119, "w2": 100}
+
+CONFIG = {
+    "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4", "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False, "vocab_size": VOCAB, "bos_token_id": 0, "eos_token_id": 0,
+    "hidden_size": 4096, "num_hidden_layers": LAYERS, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+    "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512, "qk_rope_head_dim": 64,
+    "q_lora_rank": 256, "o_groups": 8, "o_lora_rank": 128, "sliding_window": 128,
+    "compress_ratios": [0, 4, 128], "rope_theta": 10000, "compress_rope_theta": 160000,
+    "max_position_embeddings": 16384,
+    "rope_scaling": {"type": "yarn", "rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096,
+                     "beta_fast": 32, "beta_slow": 1},
+    "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512,
+    "n_routed_experts": 256, "num_experts_per_tok": 6, "moe_intermediate_size": 2048, "n_shared_experts": 1,
+    "norm_topk_prob": True, "scoring_func": "sqrtsoftplus", "topk_method": "noaux_tc",
+    "routed_scaling_factor": 1.5, "swiglu_limit": 10.0, "num_hash_layers": 1,
+    "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "num_nextn_predict_layers": 1, "expert_dtype": "fp4",
+    "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+                            "scale_fmt": "ue8m0", "weight_block_size": [128, 128]},
+}
+DRAFT = {**CONFIG, "dspark_target_layer_ids": TARGET_LAYERS_FOR_DRAFT, "dspark_markov_rank": MARKOV_RANK,
+         "n_mtp_layers": 1, "dspark_noise_token_id": NOISE_TOKEN, "num_nextn_predict_layers": 1}
+
+
+def write(dest: Path) -> None:
+    from engine.tiny_model import tokenizer
+
+    for name, config in (("target", CONFIG), ("draft", DRAFT)):
+        tok = tokenizer(dest / name)
+        assert len(tok) <= VOCAB and tok.convert_tokens_to_ids(["<think>", "</think>"]) == [THINK, END_THINK]
+        (dest / name / "config.json").write_text(json.dumps(config, indent=1))
+        (dest / name / "generation_config.json").write_text(json.dumps({"eos_token_id": 0}))
+
+
+# ---- weights, in the engine process (a replacement for DummyModelLoader.load_weights)
+
+
+def _gen(name: str) -> torch.Generator:
+    return torch.Generator().manual_seed(zlib.crc32(name.encode()))
+
+
+def _small(name: str) -> bool:
+    """What writes into the residual streams: kept far below the embedding."""
+    return any(part in name for part in ("wo_b", "down_proj", "w2_weight"))
+
+
+def _scale(name: str, param: torch.Tensor) -> None:
+    """fp8 block scales and MXFP4 scales, as e8m0 bytes or as the float they encode."""
+    if "w13_weight_scale" in name or "w2_weight_scale" in name:
+        byte = EXPERT_SCALE_BYTES["w2" if "w2_" in name else "w13"]
+    else:
+        byte = SCALE_BYTES["small" if _small(name) else "normal"]
+    if param.dtype in (torch.uint8, torch.int8):
+        param.fill_(byte)
+    elif param.dtype == getattr(torch, "float8_e8m0fnu", None):
+        param.view(torch.uint8).fill_(byte)
+    else:
+        param.fill_(2.0 ** (byte - 127))
+
+
+def _fill(name: str, param: torch.Tensor) -> None:
+    gen = _gen(name)
+    with torch.no_grad():
+        if "scale" in name and ("weight_scale" in name or param.dtype != torch.float32 or param.dim() > 1):
+            _scale(name, param)
+        elif param.dtype in (torch.uint8, torch.int8):  # packed MXFP4 codes: one expert's, repeated
+            one = torch.randint(0, 256, param.shape[1:], generator=gen, dtype=torch.uint8)
+            param.view(torch.uint8).copy_(one.expand_as(param).to(param.device))
+        elif "tid2eid" in name:  # hash routing: distinct experts per token
+            rows = [torch.randperm(CONFIG["n_routed_experts"], generator=gen)[: param.shape[1]] for _ in range(param.shape[0])]
+            param.copy_(torch.stack(rows).to(param.dtype))
+        elif name.endswith("norm.weight") or name.endswith("_scale") or name.endswith(".scale"):
+            param.fill_(1.0)
+        elif any(k in name for k in ("attn_sink", "e_score_correction_bias", "_base")):
+            param.zero_()
+        elif param.dtype == torch.float8_e4m3fn:
+            param.copy_(torch.randn(param.shape, generator=gen).clamp(-4, 4).to(param.dtype))
+        else:
+            std = 1.0 if ("embed" in name or name.endswith("ffn.gate.weight")) else 1e-4 if _small(name) else 1e-2
+            param.copy_(torch.randn(param.shape, generator=gen, dtype=torch.float32).to(param.device) * std)
+
+
+def _cycle_heads(params: dict[str, torch.nn.Parameter]) -> None:
+    """lm_head row next(t) = t's embedding; the Markov head maps t to next(t)."""
+    nxt = torch.tensor(successor())
+    embed, head = params.get("model.embed_tokens.weight"), params.get("lm_head.weight")
+    if embed is not None and head is not None:
+        rows = torch.zeros(head.shape, dtype=torch.float32)
+        rows[: len(nxt)].index_add_(0, nxt, embed.data.float().cpu()[: len(nxt)] * HEAD_SCALE)
+        head.data.copy_(rows.to(head.dtype))
+    w1, w2 = params.get("model.markov_head.markov_w1.weight"), params.get("model.markov_head.markov_w2.weight")
+    if w1 is not None and w2 is not None:
+        codes = torch.randn(len(nxt), MARKOV_RANK, generator=_gen("markov"))
+        w1.data.zero_()[: len(nxt)] = codes.to(w1.dtype).to(w1.device)
+        rows = torch.zeros(w2.shape, dtype=torch.float32)
+        rows[: len(nxt)].index_add_(0, nxt, codes * MARKOV_SCALE)
+        w2.data.copy_(rows.to(w2.dtype))
+
+
+def init_weights(model: torch.nn.Module) -> None:
+    params = dict(model.named_parameters())
+    for name, param in params.items():
+        _fill(name, param.data)
+    for name, buf in model.named_buffers():
+        if "tid2eid" in name:
+            _fill(name, buf)
+    _cycle_heads(params)
+
+
+def install_loader() -> None:
+    from vllm.model_executor.model_loader import dummy_loader
+
+    def load_weights(self, model, model_config):
+        init_weights(model)
+
+    dummy_loader.DummyModelLoader.load_weights = load_weights
+
+
+if __name__ == "__main__":
+    write(Path(sys.argv[1]))
+    print(sys.argv[1])
