@@ -70,8 +70,13 @@ def run() -> dict:
     if KIND in ("moe", "dsv4") and not LK_MOE:
         raise RuntimeError(f"{CASE}: MoE cases put every expert on lk_moe, the fork's; not in target {TARGET}")
     if KIND == "dsv4":
+        import build_ops
+        import portable
         from dsv4_model import install_loader
 
+        portable.install()
+        build_ops.load(Path(os.environ["DS4X_DSV4_OPS"]))
+        portable.SOURCES["compiled here"] = ", ".join(op for ops in build_ops.OPS.values() for op in ops)
         install_loader()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0" if V1 else "1"
@@ -95,7 +100,14 @@ def run() -> dict:
     outs = llm.generate(prompts(path), params, use_tqdm=False)
     generate_s = time.time() - t0
     return {"tokens": [list(o.outputs[0].token_ids) for o in outs], "init_s": round(init_s, 1),
-            "generate_s": round(generate_s, 2), **counters.report(managers), "spec_metrics": spec_metrics(llm)}
+            "generate_s": round(generate_s, 2), **counters.report(managers), "spec_metrics": spec_metrics(llm),
+            **({"kernels": kernel_sources()} if KIND == "dsv4" else {})}
+
+
+def kernel_sources() -> dict:
+    import portable
+
+    return dict(portable.SOURCES)
 
 
 if __name__ == "__main__":

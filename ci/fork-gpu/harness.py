@@ -21,7 +21,7 @@ ENGINE = {"dtype": "bfloat16", "seed": 0, "disable_log_stats": False, "enable_pr
 # DeepSeek-V4 + DSpark (dsv4_model.py) with the user's settings: fp8_ds_mla KV (its cache
 # blocks are 256 tokens), two requests at a time; weights made in the process
 DSV4_ENGINE = {"kv_cache_dtype": "fp8_ds_mla", "block_size": 256, "max_num_seqs": 2, "load_format": "dummy",
-               "max_model_len": 1024, "max_num_batched_tokens": 1024}
+               "max_model_len": 1024, "max_num_batched_tokens": 1024, "gpu_memory_utilization": 0.1}
 EAGER = {"enforce_eager": True, "compilation_config": {"mode": 0, "custom_ops": ["none"]}}
 GRAPHS = {"enforce_eager": False, "compilation_config": {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
                                                          "custom_ops": ["none"]}}

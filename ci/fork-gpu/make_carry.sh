@@ -37,5 +37,6 @@ fi
 rm -rf .fork trees/fork-gpu && mkdir -p .fork .whl2
 $PY build.py apply --target lvllmds4-x --dir trees/fork-gpu -q
 tar czf .fork/vllm.tgz -C trees/fork-gpu vllm
+tar czf .fork/csrc.tgz -C trees/fork-gpu csrc  # build_ops.py: the ops DeepSeek-V4's portable path still calls
 download .whl2 $COMMON fastapi==0.165.0 llguidance==1.9.1 xgrammar==0.2.9 openai-harmony==0.0.8 lk-moe==2.3.3
 du -shc .fork .whl2

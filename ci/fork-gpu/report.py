@@ -19,11 +19,11 @@ EXPECTED_QUERY_LENGTHS = {"fixed": {"3"}, "phase12": {"2", "3"}, "phase02": {"1"
                           "adaptivelow": set()}
 CAPTURED_QUERY_LENGTHS = {"fixed": {"3"}, "phase12": {"2", "3"}, "phase02": {"1", "3"}, "adaptive": {"1", "2", "3"},
                           "adaptivelow": {"1", "2", "3"}}
-MOE_LAYERS = 2  # tiny_models.py's MoE target
+MOE_LAYERS = {"moe": 2, "dsv4": 3}  # lk_moe layers of the target: tiny_models.py's MoE, dsv4_model.py's
 
 
 def check_graphs(case: str, result: dict) -> list[str]:
-    mode, ngram = case.split("-")[1], case.endswith("-v1")
+    kind, mode, ngram = *case.split("-")[:2], case.endswith("-v1")
     problems = []
     # n-gram may propose fewer drafts than the batch depth for some request (no match in the
     # text yet): such a batch is uneven or at a length without graphs, and runs eagerly, as in
@@ -40,19 +40,19 @@ def check_graphs(case: str, result: dict) -> list[str]:
         problems.append(f"adaptive verified only K at low acceptance (replayed {sorted(replayed)})")
     if not ngram and result["decode_steps"]["graph"].get("1") and not result["drafter_after"].get("1"):
         problems.append("the drafter replayed no graph after a depth-0 step")
-    if case.startswith("dflash") and not sum(result["replays"].get("DFlashCudaGraphManager", {}).values()):
-        problems.append("DFlash's drafter replayed none of its own graphs")
+    if kind in ("dflash", "dsv4") and not sum(result["replays"].get("DFlashCudaGraphManager", {}).values()):
+        problems.append("the DFlash-family drafter replayed none of its own graphs")
     return problems
 
 
-def check_moe(result: dict, graphs: int) -> list[str]:
+def check_moe(result: dict, graphs: int, layers: int) -> list[str]:
     calls = result["lk_moe"]
     problems = []
     if calls.get("_cpu_prefill (decode)"):
         problems.append(f"_cpu_prefill ran in {calls['_cpu_prefill (decode)']} decode calls")
-    if graphs and calls.get("_cpu_decode (capturing)", 0) < graphs * MOE_LAYERS:
+    if graphs and calls.get("_cpu_decode (capturing)", 0) < graphs * layers:
         problems.append(f"cpu_decode captured {calls.get('_cpu_decode (capturing)', 0)} times for {graphs} "
-                        f"decode graphs of {MOE_LAYERS} MoE layers")
+                        f"decode graphs of {layers} MoE layers")
     return problems
 
 
@@ -65,8 +65,8 @@ def check(case: str, result: dict | None, reference: dict | None) -> list[str]:
     problems = []
     target_graphs = sum(len(keys) for name, keys in result.get("graphs", {}).items()
                         if name in ("ModelCudaGraphManager", "CudagraphDispatcher"))
-    if kind == "moe":
-        problems += check_moe(result, target_graphs if mode != "eager" else 0)
+    if kind in MOE_LAYERS:
+        problems += check_moe(result, target_graphs if mode != "eager" else 0, MOE_LAYERS[kind])
     if mode == "eager":
         return problems
     if reference is None or not reference.get("ok"):
@@ -101,6 +101,8 @@ def main(resdir: Path) -> int:
             depth = {k: v for k, v in result["spec_metrics"].items() if "depth" in k or k.endswith("accepted_tokens")
                      or k.endswith("num_draft_tokens")}
             print("   spec metrics:", json.dumps(depth))
+        if result and result.get("kernels"):
+            print("   kernels by source:", json.dumps(result["kernels"]))
         if result and result.get("lk_moe"):
             print("   lk_moe calls:", json.dumps(result["lk_moe"]))
         if result and result.get("ubatch", {}).get("level", "off") != "off":
