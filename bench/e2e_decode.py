@@ -154,11 +154,9 @@ def verified_depth(policy: str, phase: str) -> str | None:
     draft_depth config as the scheduler rounds it (None: adaptive chooses)."""
     if policy == NO_SPEC:
         return "0"
-    config = sim.dd.DraftDepthConfig.from_dict(sim.policies(K)[policy], K)
-    if config.policy == "adaptive":
-        return None
-    chosen = config.phase_depths(K)[phase] if config.policy == "phase" else K
-    return str(sim.dd.batch_depth_table(config.verify_depths(K), K)[chosen])
+    config = sim.dd.parse_draft_depth(sim.policies(K)[policy], K)
+    chosen = config.phase_depth(phase, K)
+    return None if chosen is None else str(sim.dd.batch_depth_table(config.verify_depths(K), K)[chosen])
 
 
 def check_depths(res: Results, cells: dict[tuple[str, int, str], list[dict[str, Any]]]) -> None:

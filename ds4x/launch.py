@@ -165,17 +165,19 @@ def _check_depth(launch: Launch, draft_depth: Any, errors: list[str], warnings: 
         return
     try:
         spec = json.loads(raw)
-        k = int(spec["num_speculative_tokens"])
-        config = draft_depth.DraftDepthConfig.from_dict(spec.get("draft_depth"), k)
+        k = spec["num_speculative_tokens"]
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"num_speculative_tokens={k!r}: expected a whole number >= 1, e.g. 2")
+        config = draft_depth.parse_draft_depth(spec.get("draft_depth"), k)
     except (ValueError, KeyError, TypeError, draft_depth.DraftDepthError) as e:
-        errors.append(f"--speculative-config: {str(e)[:200]}")
+        errors.append(f"--speculative-config: {str(e)[:400]}")
         return
     mode = json.loads(launch.options.get("--compilation-config") or "{}").get("cudagraph_mode")
     if mode != "FULL_DECODE_ONLY":
         warnings.append(f"cudagraph_mode {mode or 'unset'}: decode steps verify in full graphs only with "
                         f"FULL_DECODE_ONLY (--compilation-config)")
-    chosen = set(config.phase_depths(k).values()) if config.policy == "phase" else set()
-    missing = chosen - set(config.verify_depths(k))
+    chosen = {config.phase_depth(phase, k) for phase in (draft_depth.REASONING, draft_depth.ANSWER)}
+    missing = chosen - {None, *config.verify_depths(k)}
     if missing:
         warnings.append(f"draft_depth.graph_depths {sorted(config.verify_depths(k))} lacks the depths the policy "
                         f"chooses {sorted(missing)}: those steps verify the next graph depth up")

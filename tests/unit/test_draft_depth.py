@@ -527,7 +527,7 @@ def test_policy_exposes_the_batch_depth_table() -> None:
 
 def test_groups_follow_each_request_s_phase_and_depth() -> None:
     """The scheduler counts a step by phase from these groups (all but the largest read one by one)."""
-    policy = ById(dd.DepthPolicy(dd.DraftDepthConfig(policy="phase"), 2, dd.PhaseTracker([[1]], [[2]])))
+    policy = ById(dd.DepthPolicy(dd.PhaseDepth(), 2, dd.PhaseTracker([[1]], [[2]])))
     reasoning, answer = policy.add("r", [5, 1], None), policy.add("a", [1, 2], None)
     assert reasoning.slot != answer.slot
     assert policy.policy.groups == {reasoning.slot: {reasoning}, answer.slot: {answer}}

@@ -69,7 +69,7 @@ def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], accep
     that batch verifying 1 + d tokens a request (d = 0..K). A phase ends when its
     requests made tokens[phase] each."""
     k = len(costs) - 1
-    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict(policy_config, k), k,
+    policy = dd.DepthPolicy(dd.parse_draft_depth(policy_config, k), k,
                             dd.PhaseTracker([[THINK]], [[END_THINK]]))
     names = [f"req{i}" for i in range(requests)]
     prompt = [TEXT, THINK] if phases[0] == "reasoning" else [TEXT, THINK, END_THINK]

@@ -13,7 +13,7 @@ from itertools import chain
 from typing import Any
 
 from vllm.ds4x.depth_estimates import StepCosts
-from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig, PhaseTracker, RequestState
+from vllm.ds4x.draft_depth import DepthPolicy, FixedDepth, PhaseTracker, RequestState, configured_draft_depth
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
 from vllm.v1.request import RequestStatus
@@ -77,9 +77,9 @@ class DraftDepthScheduling:
         k_max = vllm_config.num_speculative_tokens if spec is not None else 0
         if not k_max:
             return None
-        config = DraftDepthConfig.from_dict(getattr(spec, "draft_depth", None), k_max)
+        config = configured_draft_depth(getattr(spec, "draft_depth", None), k_max)
         tracker = phase_tracker(vllm_config)
-        if config.policy == "fixed" and tracker is None:
+        if isinstance(config, FixedDepth) and tracker is None:
             return None
         logger.info("ds4x draft depth: policy %s, K_max %d, phase tracking %s",
                     config.policy, k_max, "on" if tracker else "off")
