@@ -30,9 +30,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ds4x.overlay import load_module
-
-sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
+from ds4x.core import depth_sim as sim
+from ds4x.core import draft_depth
 
 K = 2
 BASELINE = f"fixed {K}"
@@ -154,9 +153,9 @@ def verified_depth(policy: str, phase: str) -> str | None:
     draft_depth config as the scheduler rounds it (None: adaptive chooses)."""
     if policy == NO_SPEC:
         return "0"
-    config = sim.dd.parse_draft_depth(sim.policies(K)[policy], K)
+    config = draft_depth.parse_draft_depth(sim.policies(K)[policy], K)
     chosen = config.phase_depth(phase, K)
-    return None if chosen is None else str(sim.dd.batch_depth_table(config.verify_depths(K), K)[chosen])
+    return None if chosen is None else str(draft_depth.batch_depth_table(config.verify_depths(K), K)[chosen])
 
 
 def check_depths(res: Results, cells: dict[tuple[str, int, str], list[dict[str, Any]]]) -> None:

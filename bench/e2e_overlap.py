@@ -28,7 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.e2e_decode import PREDICTION_SLACK, decode_problems, read_engine, read_json, sim
+from bench.e2e_decode import PREDICTION_SLACK, decode_problems, read_engine, read_json
+from ds4x.core import depth_sim as sim
 
 BASE = "off"
 NAME = re.compile(r"e2e-(nospec|spec)-([a-z]+)\.json")

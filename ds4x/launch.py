@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ds4x.core import draft_depth
 from ds4x.errors import InputError
 from ds4x.inputs import read_text
 
@@ -109,7 +110,7 @@ def read(path: Path) -> Launch:
     return Launch(env, options)
 
 
-def check(launch: Launch, args: Any, mp: Any, draft_depth: Any) -> tuple[list[str], list[str]]:
+def check(launch: Launch, args: Any, mp: Any) -> tuple[list[str], list[str]]:
     """(errors, warnings) of a script against the plan at its own settings."""
     errors: list[str] = []
     warnings: list[str] = []
@@ -121,7 +122,7 @@ def check(launch: Launch, args: Any, mp: Any, draft_depth: Any) -> tuple[list[st
         errors.append(f"LK_THREADS={threads} on {cores} cores: all cores (or more) is the 14x cliff; "
                       f"leave some free, e.g. {max(1, int(cores * LK_SHARE))} (plan --measure times it)")
     _check_memory(launch, args, mp, errors)
-    _check_depth(launch, draft_depth, errors, warnings)
+    _check_depth(launch, errors, warnings)
     return errors, warnings
 
 
@@ -158,7 +159,7 @@ def _check_memory(launch: Launch, args: Any, mp: Any, errors: list[str]) -> None
                       f"({budget.for_resident_layers / 2**30:.2f} GiB left at these settings)")
 
 
-def _check_depth(launch: Launch, draft_depth: Any, errors: list[str], warnings: list[str]) -> None:
+def _check_depth(launch: Launch, errors: list[str], warnings: list[str]) -> None:
     raw = launch.options.get("--speculative-config")
     if raw is None:
         warnings.append("no --speculative-config: no draft depth policy, no speculation")
@@ -176,8 +177,8 @@ def _check_depth(launch: Launch, draft_depth: Any, errors: list[str], warnings: 
     if mode != "FULL_DECODE_ONLY":
         warnings.append(f"cudagraph_mode {mode or 'unset'}: decode steps verify in full graphs only with "
                         f"FULL_DECODE_ONLY (--compilation-config)")
-    chosen = {config.phase_depth(phase, k) for phase in (draft_depth.REASONING, draft_depth.ANSWER)}
-    missing = chosen - {None, *config.verify_depths(k)}
+    chosen = {d for phase in (draft_depth.REASONING, draft_depth.ANSWER) if (d := config.phase_depth(phase, k)) is not None}
+    missing = chosen - set(config.verify_depths(k))
     if missing:
         warnings.append(f"draft_depth.graph_depths {sorted(config.verify_depths(k))} lacks the depths the policy "
                         f"chooses {sorted(missing)}: those steps verify the next graph depth up")

@@ -1,4 +1,4 @@
-"""Overlay folders: our own new files, copied into a target tree as they are."""
+"""Overlay folders: our own new files, copied into a target tree as they are (the core's with vllm-common)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,17 @@ from ds4x.checkout import HOME
 from ds4x.digest import sha256_file
 from ds4x.errors import InputError
 
+CORE_OVERLAY = "vllm-common"
+"""the overlay that carries the core (ds4x/core beside the overlay folder) into its targets"""
+CORE_INTO = "vllm/ds4x"
+"""where the core's modules go in a target tree (its __init__.py stays behind: the overlay has vllm.ds4x's)"""
+
+
+def core_files(root: Path) -> dict[str, Path]:
+    """Tree-relative path -> module, for the checkout's core (`root` is its overlay folder)."""
+    core = root.parent / "ds4x" / "core"
+    return {f"{CORE_INTO}/{path.name}": path for path in sorted(core.glob("*.py")) if path.name != "__init__.py"}
+
 
 def overlay_files(root: Path, names: tuple[str, ...]) -> dict[str, Path]:
     """Tree-relative path -> our file, for every overlay a target names."""
@@ -20,12 +31,12 @@ def overlay_files(root: Path, names: tuple[str, ...]) -> dict[str, Path]:
         folder = root / name
         if not folder.is_dir():
             raise InputError(f"overlay {name!r} not found under {root}", "create it or drop it from pins.toml")
-        for path in sorted(folder.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                rel = path.relative_to(folder).as_posix()
-                if rel in files:
-                    raise InputError(f"overlay file {rel} is in two overlays", "keep it in one")
-                files[rel] = path
+        found = {path.relative_to(folder).as_posix(): path for path in sorted(folder.rglob("*"))
+                 if path.is_file() and "__pycache__" not in path.parts}
+        for rel, path in [*found.items(), *(core_files(root) if name == CORE_OVERLAY else {}).items()]:
+            if rel in files:
+                raise InputError(f"overlay file {rel} is in two overlays", "keep it in one")
+            files[rel] = path
     return files
 
 
@@ -68,6 +79,7 @@ def load_module(relative: str) -> ModuleType:
         raise InputError(f"overlay module {relative} not found under {overlays}")
     if PACKAGE not in sys.modules:
         package = ModuleType(PACKAGE)
-        package.__path__ = [str(folder) for folder in sorted(overlays.glob("*/vllm/ds4x"))]
+        package.__path__ = [str(folder) for folder in sorted(overlays.glob("*/vllm/ds4x"))] + [
+            str(overlays.parent / "ds4x" / "core")]
         sys.modules[PACKAGE] = package
     return importlib.import_module(f"{PACKAGE}.{path.stem}")

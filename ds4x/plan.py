@@ -19,6 +19,7 @@ from typing import Any
 
 from ds4x import inputs, launch
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
+from ds4x.core import depth_sim as sim
 from ds4x.errors import Ds4xError, InputError
 from ds4x.overlay import load_module
 from ds4x.scratch import atomic_path
@@ -140,7 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time lk_moe on this machine instead: cost curve per LK_THREADS, tok/s per draft-depth "
                         "policy, a step-cost profile for the adaptive policy (options below)")
     group = p.add_argument_group("--measure")
-    outside = load_module("vllm-common/vllm/ds4x/depth_sim.py").OUTSIDE_MS
+    outside = sim.OUTSIDE_MS
     measure_module().add_arguments(group, shared=False)
     group.add_argument("--overlap", choices=("off", "ubatch"), default="off",
                        help="also predict tok/s at --max-num-seqs with LVLLM_MOE_OVERLAP=ubatch (two micro-batches) "
@@ -208,7 +209,6 @@ def verify_tokens(args: argparse.Namespace) -> int:
 
 def tokens_made(args: argparse.Namespace, tokens: int) -> dict[str, float]:
     """Tokens a request makes per step in each phase at --acceptance (given at depth K)."""
-    sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
     k = args.num_speculative_tokens
     made = {}
     for phase, rate in zip(("reasoning", "answer"), args.acceptance):
@@ -286,7 +286,6 @@ def overlap_lines(args: argparse.Namespace, profile: dict[str, Any]) -> list[str
     """depth_sim's overlap prediction at --max-num-seqs on the curve measure just
     wrote, with measure's own --gpu-ms, --acceptance, tokens and seeds (so the off
     column is measure's prediction above)."""
-    sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
     curve, layers = sim.profile_curve(profile["measured"])
     overlap = sim.Overlap(mode=args.overlap, outside_ms=args.overlap_outside_ms, ubatch_gpu=args.ubatch_gpu)
     acceptance = dict(zip(("reasoning", "answer"), args.acceptance))
@@ -361,8 +360,7 @@ def main(args: argparse.Namespace) -> int:
 def check_launch(args: argparse.Namespace) -> int:
     """Every disagreement between a serving script and the plan at its settings; 1 on an error."""
     script = launch.read(args.check_launch)
-    errors, warnings = launch.check(script, args, placement_module(),
-                                    load_module("vllm-common/vllm/ds4x/draft_depth.py"))
+    errors, warnings = launch.check(script, args, placement_module())
     for line in warnings:
         print(f"warning: {line}")
     for line in errors:

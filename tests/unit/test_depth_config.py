@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from ds4x.overlay import load_module
-
-dd = load_module("vllm-common/vllm/ds4x/draft_depth.py")
+from ds4x.core import draft_depth as dd
 
 
 @pytest.mark.parametrize(("raw", "message"), [

@@ -12,9 +12,9 @@ import pytest
 
 from bench import depth_sim as bench_sim
 from ds4x import plan
+from ds4x.core import depth_sim as sim
 from ds4x.overlay import load_module
 
-sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
 measure = load_module("lvllmds4-x/vllm/ds4x/measure.py")
 # DeepSeek-V4-Flash's MXFP4 layer through cpu_decode on the H200 at LK_THREADS=12, ms a layer call
 # by tokens (README; the 157.5 ms is 43 x the 2-token call); 4 and 6 tokens made up, steeper
