@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from ds4x.core import draft_depth
+from ds4x.core.named_policies import named_policies
 from ds4x.errors import InputError
 from ds4x.inputs import read_text
 
 LK_SHARE = 0.75  # measured here: 12 of 16 cores is fastest, 16 of 16 is 14x slower
-PHASE_02 = {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2}
+DEFAULT_POLICY = named_policies(2)["phase 0/2"]  # without a measure profile: the best measured while reasoning
+PHASE_02 = DEFAULT_POLICY.draft_depth
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ def lines(args: Any, result: dict[str, Any], profile: dict[str, Any] | None) -> 
     k = args.num_speculative_tokens
     depth = profile["draft_depth"] if profile else PHASE_02
     depth_why = ("plan --measure: adaptive from this machine's step costs" if profile else
-                 "phase 0/2: the best measured while reasoning, within noise answering (docs/measured-on-gpu.md)")
+                 f"{DEFAULT_POLICY.name}: the best measured while reasoning, within noise answering "
+                 f"(docs/measured-on-gpu.md)")
     spec = {"method": "dspark", "num_speculative_tokens": k, "draft_depth": depth}
     env = [
         Line("LVLLM_MOE_NUMA_ENABLED", "1", "the fork runs the routed experts of CPU layers on lk_moe"),

@@ -22,7 +22,7 @@ from pathlib import Path
 from drafts import DraftFilter
 from harness import EAGER, ENGINE, GRAPHS, LK_MOE, TARGET, Counters, spec_metrics
 
-from engine.policies import POLICIES
+from ds4x.core.named_policies import by_case
 
 CASE, OUTDIR, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
 KIND, MODE, *RUNNER = CASE.split("-")
@@ -53,7 +53,7 @@ def engine_args(path: str) -> dict:
     spec = ({"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3, "prompt_lookup_min": 1} if V1
             else {"method": "dflash", "model": path + "_draft", "num_speculative_tokens": K} if KIND == "dflash"
             else {"method": "eagle", "model": path + "_eagle", "num_speculative_tokens": K})
-    policy = POLICIES[{"phase12": "phase 1/2", "phase02": "phase 0/2", "adaptivelow": "adaptive"}.get(MODE, MODE)]
+    policy = by_case(MODE.removesuffix("low"), K).draft_depth  # adaptivelow: adaptive at low acceptance
     if policy is not None:
         spec["draft_depth"] = policy
     return {**kw, **GRAPHS, "reasoning_parser": "deepseek_r1", "speculative_config": spec}
