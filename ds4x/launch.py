@@ -4,9 +4,11 @@ options against the plan and this machine."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,8 @@ from ds4x.core.named_policies import named_policies
 from ds4x.errors import InputError
 from ds4x.inputs import read_text
 
+Plan = Callable[[Any], dict[str, Any]]
+"""plan.compute: the plan at a set of plan options"""
 LK_SHARE = 0.75  # measured here: 12 of 16 cores is fastest, 16 of 16 is 14x slower
 DEFAULT_POLICY = named_policies(2)["phase 0/2"]  # without a measure profile: the best measured while reasoning
 PHASE_02 = DEFAULT_POLICY.draft_depth
@@ -113,8 +117,8 @@ def read(path: Path) -> Launch:
     return Launch(env, options)
 
 
-def check(launch: Launch, args: Any, mp: Any) -> tuple[list[str], list[str]]:
-    """(errors, warnings) of a script against the plan at its own settings."""
+def check(launch: Launch, args: Any, mp: Any, compute: Plan) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of a script against the plan (`compute`: plan.compute) at its own settings."""
     errors: list[str] = []
     warnings: list[str] = []
     cores = os.cpu_count() or 1
@@ -124,15 +128,14 @@ def check(launch: Launch, args: Any, mp: Any) -> tuple[list[str], list[str]]:
     elif not threads.isdigit() or not 0 < int(threads) < cores:
         errors.append(f"LK_THREADS={threads} on {cores} cores: all cores (or more) is the 14x cliff; "
                       f"leave some free, e.g. {max(1, int(cores * LK_SHARE))} (plan --measure times it)")
-    _check_memory(launch, args, mp, errors)
+    _check_memory(launch, args, mp, compute, errors)
     _check_depth(launch, errors, warnings)
     return errors, warnings
 
 
-def _check_memory(launch: Launch, args: Any, mp: Any, errors: list[str]) -> None:
-    """The plan at the script's own memory settings, and its resident layers against it."""
-    from ds4x import plan as planning
-
+def _check_memory(launch: Launch, args: Any, mp: Any, compute: Plan, errors: list[str]) -> None:
+    """The plan at the script's own memory settings (on a copy of the caller's), and its resident layers against it."""
+    args = copy.copy(args)
     settings = {"--max-model-len": ("max_model_len", int), "--gpu-memory-utilization": ("gpu_memory_utilization", float),
                 "--kv-cache-dtype": ("kv_cache_dtype", str), "--tensor-parallel-size": ("tp", int),
                 "--pipeline-parallel-size": ("pp", int)}
@@ -143,7 +146,7 @@ def _check_memory(launch: Launch, args: Any, mp: Any, errors: list[str]) -> None
             except ValueError:
                 errors.append(f"{option} {launch.options[option]!r} is not a {kind.__name__}")
                 return
-    result = planning.compute(args)
+    result = compute(args)
     budget = result["budget"]
     if budget.for_resident_layers < 0:
         errors.append(f"at --max-model-len {args.max_model_len}, --gpu-memory-utilization {args.gpu_memory_utilization}"

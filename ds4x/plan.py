@@ -360,7 +360,7 @@ def main(args: argparse.Namespace) -> int:
 def check_launch(args: argparse.Namespace) -> int:
     """Every disagreement between a serving script and the plan at its settings; 1 on an error."""
     script = launch.read(args.check_launch)
-    errors, warnings = launch.check(script, args, placement_module())
+    errors, warnings = launch.check(script, args, placement_module(), compute)
     for line in warnings:
         print(f"warning: {line}")
     for line in errors:
