@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4x.core import draft_depth
+from ds4x.core import moe_placement as mp
 from ds4x.core.named_policies import named_policies
 from ds4x.errors import InputError
 from ds4x.inputs import read_text
@@ -117,7 +118,7 @@ def read(path: Path) -> Launch:
     return Launch(env, options)
 
 
-def check(launch: Launch, args: Any, mp: Any, compute: Plan) -> tuple[list[str], list[str]]:
+def check(launch: Launch, args: Any, compute: Plan) -> tuple[list[str], list[str]]:
     """(errors, warnings) of a script against the plan (`compute`: plan.compute) at its own settings."""
     errors: list[str] = []
     warnings: list[str] = []
@@ -128,12 +129,12 @@ def check(launch: Launch, args: Any, mp: Any, compute: Plan) -> tuple[list[str],
     elif not threads.isdigit() or not 0 < int(threads) < cores:
         errors.append(f"LK_THREADS={threads} on {cores} cores: all cores (or more) is the 14x cliff; "
                       f"leave some free, e.g. {max(1, int(cores * LK_SHARE))} (plan --measure times it)")
-    _check_memory(launch, args, mp, compute, errors)
+    _check_memory(launch, args, compute, errors)
     _check_depth(launch, errors, warnings)
     return errors, warnings
 
 
-def _check_memory(launch: Launch, args: Any, mp: Any, compute: Plan, errors: list[str]) -> None:
+def _check_memory(launch: Launch, args: Any, compute: Plan, errors: list[str]) -> None:
     """The plan at the script's own memory settings (on a copy of the caller's), and its resident layers against it."""
     args = copy.copy(args)
     settings = {"--max-model-len": ("max_model_len", int), "--gpu-memory-utilization": ("gpu_memory_utilization", float),

@@ -12,16 +12,21 @@ from ds4x.checkout import HOME
 from ds4x.digest import sha256_file
 from ds4x.errors import InputError
 
-CORE_OVERLAY = "vllm-common"
-"""the overlay that carries the core (ds4x/core beside the overlay folder) into its targets"""
 CORE_INTO = "vllm/ds4x"
-"""where the core's modules go in a target tree (its __init__.py stays behind: the overlay has vllm.ds4x's)"""
+"""where the core's modules (ds4x/core beside the overlay folder) go in a target tree; its
+__init__.py stays behind: the overlay has vllm.ds4x's"""
+FORK_ONLY = frozenset({"moe_placement.py", "overlap_plan.py"})
+"""the core's modules that only the fork's runtime uses: the lvllmds4-x overlay carries them, the
+vllm-common overlay every other"""
 
 
-def core_files(root: Path) -> dict[str, Path]:
-    """Tree-relative path -> module, for the checkout's core (`root` is its overlay folder)."""
+def core_files(root: Path, overlay: str) -> dict[str, Path]:
+    """Tree-relative path -> module, for the core's modules that `overlay` carries (`root`: the overlay folder)."""
+    carries = {"vllm-common": lambda name: name not in FORK_ONLY, "lvllmds4-x": lambda name: name in FORK_ONLY}
+    wanted = carries.get(overlay)
     core = root.parent / "ds4x" / "core"
-    return {f"{CORE_INTO}/{path.name}": path for path in sorted(core.glob("*.py")) if path.name != "__init__.py"}
+    return {f"{CORE_INTO}/{path.name}": path for path in sorted(core.glob("*.py"))
+            if path.name != "__init__.py" and wanted is not None and wanted(path.name)}
 
 
 def overlay_files(root: Path, names: tuple[str, ...]) -> dict[str, Path]:
@@ -33,7 +38,7 @@ def overlay_files(root: Path, names: tuple[str, ...]) -> dict[str, Path]:
             raise InputError(f"overlay {name!r} not found under {root}", "create it or drop it from pins.toml")
         found = {path.relative_to(folder).as_posix(): path for path in sorted(folder.rglob("*"))
                  if path.is_file() and "__pycache__" not in path.parts}
-        for rel, path in [*found.items(), *(core_files(root) if name == CORE_OVERLAY else {}).items()]:
+        for rel, path in [*found.items(), *core_files(root, name).items()]:
             if rel in files:
                 raise InputError(f"overlay file {rel} is in two overlays", "keep it in one")
             files[rel] = path
@@ -77,9 +82,17 @@ def load_module(relative: str) -> ModuleType:
     path = overlays / relative
     if not path.is_file():
         raise InputError(f"overlay module {relative} not found under {overlays}")
+    overlay_package()
+    return importlib.import_module(f"{PACKAGE}.{path.stem}")
+
+
+def overlay_package() -> ModuleType:
+    """The package load_module loads into: every overlay's vllm/ds4x folder and the core, as
+    `vllm.ds4x` is in a built tree (made on first use)."""
     if PACKAGE not in sys.modules:
+        overlays = HOME.layout.overlays
         package = ModuleType(PACKAGE)
         package.__path__ = [str(folder) for folder in sorted(overlays.glob("*/vllm/ds4x"))] + [
             str(overlays.parent / "ds4x" / "core")]
         sys.modules[PACKAGE] = package
-    return importlib.import_module(f"{PACKAGE}.{path.stem}")
+    return sys.modules[PACKAGE]

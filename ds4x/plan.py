@@ -1,7 +1,7 @@
 """`plan`: will DeepSeek-V4-Flash fit, which MoE layers stay on the GPU, how fast can decode go.
 
-The arithmetic is the fork overlay's own (overlay/lvllmds4-x/vllm/ds4x/moe_placement.py),
-loaded from its file: the plan and the running engine cannot disagree.
+The arithmetic is the fork engine's own (ds4x/core/moe_placement.py, which the fork overlay
+ships as vllm.ds4x.moe_placement): the plan and the running engine cannot disagree.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 from ds4x import inputs, launch
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
 from ds4x.core import depth_sim as sim
+from ds4x.core import moe_placement as mp
 from ds4x.errors import Ds4xError, InputError
 from ds4x.overlay import load_module
 from ds4x.scratch import atomic_path
@@ -29,10 +30,6 @@ _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)?", re.I)
 MAX_SIZE = 2**50  # 1 PiB: above any GPU or RAM bandwidth a plan is for
 DSPARK_LAYERS = 3  # the draft layers DSpark ships with DeepSeek-V4-Flash (the README's configuration)
 _UNITS = {None: 1024**3, "gib": 1024**3, "gb": 10**9, "mib": 1024**2, "mb": 10**6}
-
-
-def placement_module() -> ModuleType:
-    return load_module("lvllmds4-x/vllm/ds4x/moe_placement.py")
 
 
 def measure_module() -> ModuleType:
@@ -181,7 +178,6 @@ def _routing(path: Path, shape: Any) -> dict[int, list[float]]:
 
 
 def compute(args: argparse.Namespace) -> dict[str, Any]:
-    mp = placement_module()
     config = _load_json(args.config, "--config")
     try:
         shape = mp.model_shape(config, num_draft_layers=args.draft_layers)
@@ -360,7 +356,7 @@ def main(args: argparse.Namespace) -> int:
 def check_launch(args: argparse.Namespace) -> int:
     """Every disagreement between a serving script and the plan at its settings; 1 on an error."""
     script = launch.read(args.check_launch)
-    errors, warnings = launch.check(script, args, placement_module(), compute)
+    errors, warnings = launch.check(script, args, compute)
     for line in warnings:
         print(f"warning: {line}")
     for line in errors:

@@ -16,13 +16,14 @@ CORE = Path(overlay.__file__).parent / "core"
 
 def test_the_vllm_common_overlay_carries_every_core_module_into_vllm_ds4x() -> None:
     files = overlay.overlay_files(HOME.layout.overlays, ("vllm-common",))
+    fork = overlay.overlay_files(HOME.layout.overlays, ("lvllmds4-x",))
     modules = {p.name for p in CORE.glob("*.py") if p.name != "__init__.py"}
-    assert {f"vllm/ds4x/{name}" for name in modules} <= set(files)
+    assert {f"vllm/ds4x/{name}" for name in modules - overlay.FORK_ONLY} <= set(files)
+    assert {f"vllm/ds4x/{name}" for name in overlay.FORK_ONLY} <= set(fork)  # the fork's runtime alone uses these
+    assert not {f"vllm/ds4x/{name}" for name in overlay.FORK_ONLY} & set(files)
     assert files["vllm/ds4x/draft_depth.py"] == CORE / "draft_depth.py"
-    assert files["vllm/ds4x/__init__.py"].parent.name == "ds4x"  # vllm.ds4x's own, not the core's
-    assert files["vllm/ds4x/__init__.py"] != CORE / "__init__.py"
-    assert not any(rel.startswith("vllm/ds4x/") for rel in overlay.overlay_files(HOME.layout.overlays, ("lvllmds4-x",))
-                   if Path(rel).name in modules)  # the fork's overlay does not carry it a second time
+    assert files["vllm/ds4x/__init__.py"] != CORE / "__init__.py"  # vllm.ds4x's own, not the core's
+    assert not set(files) & set(fork)  # no module twice
 
 
 def test_a_core_module_that_an_overlay_also_has_is_refused(tmp_path: Path) -> None:
