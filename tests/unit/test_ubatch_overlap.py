@@ -16,7 +16,6 @@ torch = pytest.importorskip("torch", reason="ci/test installs torch; the views a
 from ds4x.core import overlap_plan as op  # noqa: E402
 from ds4x.overlay import load_module  # noqa: E402
 
-
 ub = load_module("lvllmds4-x/vllm/ds4x/ubatch_overlap.py")
 
 
