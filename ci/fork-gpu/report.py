@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+from bench.counters import HarnessCounters
 from ds4x.core.named_policies import by_case
 
 K = 2  # case.py's num_speculative_tokens
@@ -32,36 +33,35 @@ def query_lengths(mode: str) -> tuple[set[str], set[str]]:
     return {str(1 + d) for d in verified}, {str(1 + d) for d in policy.graph_depths(K)}
 
 
-def check_graphs(case: str, result: dict) -> list[str]:
+def check_graphs(case: str, counters: HarnessCounters) -> list[str]:
     mode, ngram = case.split("-")[1], case.endswith("-v1")
     problems = []
     # n-gram may propose fewer drafts than the batch depth for some request (no match in the
     # text yet): such a batch is uneven or at a length without graphs, and runs eagerly, as in
     # vLLM; a uniform batch at a captured length must never run eagerly
     expected, captured = query_lengths(mode)
-    missed = {q: n for q, n in result["decode_steps"]["eager"].items() if not ngram or q in captured}
+    missed = {q: n for q, n in counters.eager_steps.items() if not ngram or q in captured}
     if sum(missed.values()):
         problems.append(f"eager decode steps {missed}")
-    replayed = {q for q, n in result["decode_steps"]["graph"].items() if n}
+    replayed = counters.replayed()
     if not expected <= replayed <= captured:
         problems.append(f"decode graphs replayed at query lengths {sorted(replayed)}: expected "
                         f"{sorted(expected)}, within {sorted(captured)}")
     if mode.endswith(LOW) and not replayed & {"1", "2"}:
         problems.append(f"adaptive verified only K at low acceptance (replayed {sorted(replayed)})")
-    if not ngram and result["decode_steps"]["graph"].get("1") and not result["drafter_after"].get("1"):
+    if not ngram and counters.graph_steps.get("1") and not counters.drafter_after.get("1"):
         problems.append("the drafter replayed no graph after a depth-0 step")
-    if case.startswith("dflash") and not sum(result["replays"].get("DFlashCudaGraphManager", {}).values()):
+    if case.startswith("dflash") and not sum(counters.replays.get("DFlashCudaGraphManager", {}).values()):
         problems.append("DFlash's drafter replayed none of its own graphs")
     return problems
 
 
-def check_moe(result: dict, graphs: int) -> list[str]:
-    calls = result["lk_moe"]
+def check_moe(counters: HarnessCounters, graphs: int) -> list[str]:
     problems = []
-    if calls.get("_cpu_prefill (decode)"):
-        problems.append(f"_cpu_prefill ran in {calls['_cpu_prefill (decode)']} decode calls")
-    if graphs and calls.get("_cpu_decode (capturing)", 0) < graphs * MOE_LAYERS:
-        problems.append(f"cpu_decode captured {calls.get('_cpu_decode (capturing)', 0)} times for {graphs} "
+    if counters.prefill_in_decode:
+        problems.append(f"_cpu_prefill ran in {counters.prefill_in_decode} decode calls")
+    if graphs and counters.decode_captured < graphs * MOE_LAYERS:
+        problems.append(f"cpu_decode captured {counters.decode_captured} times for {graphs} "
                         f"decode graphs of {MOE_LAYERS} MoE layers")
     return problems
 
@@ -73,10 +73,11 @@ def check(case: str, result: dict | None, reference: dict | None) -> list[str]:
         return [f"failed: {result.get('error', '?')[:300]}"]
     kind, mode = case.split("-")[:2]
     problems = []
-    target_graphs = sum(len(keys) for name, keys in result.get("graphs", {}).items()
+    counters = HarnessCounters.read(result)
+    target_graphs = sum(len(keys) for name, keys in counters.graphs.items()
                         if name in ("ModelCudaGraphManager", "CudagraphDispatcher"))
     if kind == "moe":
-        problems += check_moe(result, target_graphs if mode != "eager" else 0)
+        problems += check_moe(counters, target_graphs if mode != "eager" else 0)
     if mode == "eager":
         return problems
     if reference is None or not reference.get("ok"):
@@ -84,7 +85,7 @@ def check(case: str, result: dict | None, reference: dict | None) -> list[str]:
     elif result["tokens"] != reference["tokens"]:
         same = sum(a == b for a, b in zip(result["tokens"], reference["tokens"]))
         problems.append(f"greedy tokens differ from the eager run: {same}/{len(reference['tokens'])} equal")
-    return problems + check_graphs(case, result)
+    return problems + check_graphs(case, counters)
 
 
 def main(resdir: Path) -> int:
