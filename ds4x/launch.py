@@ -4,12 +4,11 @@ options against the plan and this machine."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,9 @@ from ds4x.core import moe_placement as mp
 from ds4x.core.named_policies import named_policies
 from ds4x.errors import InputError
 from ds4x.inputs import read_text
+from ds4x.planned import Plan, PlanRequest
 
-Plan = Callable[[Any], dict[str, Any]]
+Compute = Callable[[PlanRequest], Plan]
 """plan.compute: the plan at a set of plan options"""
 LK_SHARE = 0.75  # measured here: 12 of 16 cores is fastest, 16 of 16 is 14x slower
 DEFAULT_POLICY = named_policies(2)["phase 0/2"]  # without a measure profile: the best measured while reasoning
@@ -43,9 +43,9 @@ def lk_threads(profile: dict[str, Any] | None) -> tuple[int, str]:
                                            f"plan --measure times it (all cores is the 14x cliff)")
 
 
-def lines(args: Any, result: dict[str, Any], profile: dict[str, Any] | None) -> tuple[list[Line], list[Line]]:
+def lines(args: PlanRequest, result: Plan, profile: dict[str, Any] | None) -> tuple[list[Line], list[Line]]:
     """(environment, options) of the serving command."""
-    plan, choice = result["budget"], result["choice"]
+    plan, choice = result.budget, result.choice
     gib = 2**30
     resident = ",".join(map(str, choice.layers)) or "none"
     threads, threads_why = lk_threads(profile)
@@ -118,7 +118,7 @@ def read(path: Path) -> Launch:
     return Launch(env, options)
 
 
-def check(launch: Launch, args: Any, compute: Plan) -> tuple[list[str], list[str]]:
+def check(launch: Launch, args: PlanRequest, compute: Compute) -> tuple[list[str], list[str]]:
     """(errors, warnings) of a script against the plan (`compute`: plan.compute) at its own settings."""
     errors: list[str] = []
     warnings: list[str] = []
@@ -134,21 +134,22 @@ def check(launch: Launch, args: Any, compute: Plan) -> tuple[list[str], list[str
     return errors, warnings
 
 
-def _check_memory(launch: Launch, args: Any, compute: Plan, errors: list[str]) -> None:
-    """The plan at the script's own memory settings (on a copy of the caller's), and its resident layers against it."""
-    args = copy.copy(args)
+def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, errors: list[str]) -> None:
+    """The plan at the script's own memory settings, and its resident layers against it."""
     settings = {"--max-model-len": ("max_model_len", int), "--gpu-memory-utilization": ("gpu_memory_utilization", float),
                 "--kv-cache-dtype": ("kv_cache_dtype", str), "--tensor-parallel-size": ("tp", int),
                 "--pipeline-parallel-size": ("pp", int)}
+    changes: dict[str, object] = {}
     for option, (field, kind) in settings.items():
         if option in launch.options:
             try:
-                setattr(args, field, kind(launch.options[option]))
+                changes[field] = kind(launch.options[option])
             except ValueError:
                 errors.append(f"{option} {launch.options[option]!r} is not a {kind.__name__}")
                 return
+    args = replace(args, **changes)  # type: ignore[arg-type]  # each field's own type, by the table above
     result = compute(args)
-    budget = result["budget"]
+    budget = result.budget
     if budget.for_resident_layers < 0:
         errors.append(f"at --max-model-len {args.max_model_len}, --gpu-memory-utilization {args.gpu_memory_utilization}"
                       f" the model does not fit ({-budget.for_resident_layers / 2**30:.2f} GiB short on --gpu-mem)")
@@ -159,7 +160,7 @@ def _check_memory(launch: Launch, args: Any, compute: Plan, errors: list[str]) -
     except mp.PlacementError as e:
         errors.append(str(e))
         return
-    fit, moe_layers = len(result["choice"].layers), len(result["shape"].moe_layers)
+    fit, moe_layers = len(result.choice.layers), len(result.shape.moe_layers)
     asked = moe_layers if selection.mode == "all" else len(selection.layers)
     if selection.mode != "auto" and asked > fit:
         errors.append(f"{mp.LAYERS_ENV}={value}: {asked} resident layers, only {fit} fit "

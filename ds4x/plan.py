@@ -23,6 +23,7 @@ from ds4x.core import depth_sim as sim
 from ds4x.core import moe_placement as mp
 from ds4x.errors import Ds4xError, InputError
 from ds4x.overlay import load_module
+from ds4x.planned import Plan, PlanRequest
 from ds4x.scratch import atomic_path
 
 EXAMPLE = HOME.examples / EXAMPLE_CONFIG
@@ -177,7 +178,7 @@ def _routing(path: Path, shape: Any) -> dict[int, list[float]]:
     return routing
 
 
-def compute(args: argparse.Namespace) -> dict[str, Any]:
+def compute(args: PlanRequest) -> Plan:
     config = _load_json(args.config, "--config")
     try:
         shape = mp.model_shape(config, num_draft_layers=args.draft_layers)
@@ -194,16 +195,14 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     ceiling = [mp.decode_ceiling(shape, n, args.ram_bandwidth, tokens) for n in range(len(shape.moe_layers) + 1)]
     by_phase = {phase: mp.decode_ceiling(shape, len(choice.layers), args.ram_bandwidth, tokens, made)
                 for phase, made in tokens_made(args, tokens).items()}
-    return {
-        "shape": shape, "budget": plan, "choice": choice, "ceiling": ceiling, "by_phase": by_phase, "mp": mp,
-    }
+    return Plan(shape=shape, budget=plan, choice=choice, ceiling=ceiling, by_phase=by_phase)
 
 
-def verify_tokens(args: argparse.Namespace) -> int:
+def verify_tokens(args: PlanRequest) -> int:
     return int(args.verify_tokens or 1 + args.num_speculative_tokens)
 
 
-def tokens_made(args: argparse.Namespace, tokens: int) -> dict[str, float]:
+def tokens_made(args: PlanRequest, tokens: int) -> dict[str, float]:
     """Tokens a request makes per step in each phase at --acceptance (given at depth K)."""
     k = args.num_speculative_tokens
     made = {}
@@ -213,8 +212,8 @@ def tokens_made(args: argparse.Namespace, tokens: int) -> dict[str, float]:
     return made
 
 
-def table(args: argparse.Namespace, result: dict[str, Any]) -> str:
-    shape, plan, choice, ceiling, mp = (result[k] for k in ("shape", "budget", "choice", "ceiling", "mp"))
+def table(args: PlanRequest, result: Plan) -> str:
+    shape, plan, choice, ceiling = result.shape, result.budget, result.choice, result.ceiling
     gib = mp.GIB
     fits = len(choice.layers)
     rows = [
@@ -233,7 +232,7 @@ def table(args: argparse.Namespace, result: dict[str, Any]) -> str:
     ]
     if math.isfinite(ceiling[fits]):
         rates = " / ".join(f"{r:.0%}" for r in args.acceptance)
-        made = " / ".join(f"{result['by_phase'][phase]:.1f}" for phase in ("reasoning", "answer"))
+        made = " / ".join(f"{result.by_phase[phase]:.1f}" for phase in ("reasoning", "answer"))
         rows.append((f"  at --acceptance {rates} (reasoning / answer)", f"{made} tok/s"))
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
@@ -320,24 +319,25 @@ def main(args: argparse.Namespace) -> int:
         if done or not args.launch:
             return done
         profile = json.loads(args.profile_out.read_text(encoding="utf-8"))
-    result = compute(args)
-    plan, choice = result["budget"], result["choice"]
+    request = PlanRequest.of(args)
+    result = compute(request)
+    plan, choice = result.budget, result.choice
     if args.json:
         print(json.dumps({"usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
                           "reserve": plan.reserve, "draft_layers": plan.draft_layers,
                           "for_resident_layers": plan.for_resident_layers, "fits": plan.for_resident_layers >= 0,
-                          "resident": list(choice.layers), "ceiling_all_cpu": _finite(result["ceiling"][0]),
-                          "ceiling_resident": _finite(result["ceiling"][len(choice.layers)]),
+                          "resident": list(choice.layers), "ceiling_all_cpu": _finite(result.ceiling[0]),
+                          "ceiling_resident": _finite(result.ceiling[len(choice.layers)]),
                           "acceptance": dict(zip(("reasoning", "answer"), args.acceptance)),
-                          "ceiling_resident_at_acceptance": {k: _finite(v) for k, v in result["by_phase"].items()}},
+                          "ceiling_resident_at_acceptance": {k: _finite(v) for k, v in result.by_phase.items()}},
                          indent=2, allow_nan=False))
     else:
-        print(table(args, result))
+        print(table(request, result))
     if args.plot:
-        plot(args.plot, result["ceiling"], len(choice.layers))
+        plot(args.plot, result.ceiling, len(choice.layers))
         print(f"plot: {args.plot}")
     if plan.for_resident_layers < 0:
-        gib = result["mp"].GIB
+        gib = mp.GIB
         need = plan.usable - plan.for_resident_layers
         raise Ds4xError(
             f"the model does not fit: {need / gib:.2f} GiB needed (weights, KV cache, reserve, draft layers), "
@@ -345,7 +345,7 @@ def main(args: argparse.Namespace) -> int:
             "lower --max-model-len, use --cpu-draft-layers, raise --tp, or a larger GPU",
         )
     if args.launch:
-        env, options = launch.lines(args, result, profile)
+        env, options = launch.lines(request, result, profile)
         with atomic_path(args.launch) as part:
             part.write_text(launch.script(str(args.model or args.config.parent), env, options), encoding="utf-8")
             part.chmod(0o755)
@@ -356,7 +356,7 @@ def main(args: argparse.Namespace) -> int:
 def check_launch(args: argparse.Namespace) -> int:
     """Every disagreement between a serving script and the plan at its settings; 1 on an error."""
     script = launch.read(args.check_launch)
-    errors, warnings = launch.check(script, args, compute)
+    errors, warnings = launch.check(script, PlanRequest.of(args), compute)
     for line in warnings:
         print(f"warning: {line}")
     for line in errors:
