@@ -54,9 +54,7 @@ class DraftDepthScheduling:
     step and decides at its end for the requests due then, not for each."""
 
     def __init__(self, policy: DepthPolicy) -> None:
-        self.policy = policy
-        self.strategy = policy.strategy
-        self.codec = policy.codec
+        self.policy, self.strategy, self._tally = policy, policy.strategy, StepTally(policy)
         self._markers = policy.tracker.last_tokens if policy.tracker else frozenset()
         # fixed without graph_depths: every batch verifies K_max, nothing to cut
         self._cuts = any(d < policy.k_max for d in policy.batch_depth)
@@ -188,7 +186,7 @@ class DraftDepthScheduling:
         if spec:
             self.strategy.learn(ids, spec, self._lengths, drafted)
             if stats is not None:
-                self._tally(scheduler_output, runner_output, stats)
+                self._tally.count(scheduler_output, runner_output, stats, self._lengths)
         if not self._marked:
             return
         markers = self._markers
@@ -196,13 +194,22 @@ class DraftDepthScheduling:
             if not markers.isdisjoint(tokens) and (request := requests.get(request_id)) is not None:  # None: finished
                 self.policy.tokens(request.ds4x_depth_state, tokens, request.all_token_ids)
 
-    def _tally(self, scheduler_output: Any, runner_output: Any, stats: Any) -> None:
+
+class StepTally:
+    """A step's verifications into its stats by phase and chosen depth: vLLM's own
+    totals for the step, less those of every group of requests (same phase and
+    chosen depth) but the largest, read one by one (DepthPolicy.groups)."""
+
+    def __init__(self, policy: DepthPolicy) -> None:
+        self.codec, self.groups, self.states = policy.codec, policy.groups, policy.requests
+
+    def count(self, scheduler_output: Any, runner_output: Any, stats: Any, lengths: list[int]) -> None:
         """The step's verifications into its stats by phase and chosen depth:
         vLLM's own totals for the step, less those of every group of requests
         (same phase and chosen depth) but the largest, read one by one. A step
         whose largest group did not verify one depth throughout (n-gram drafted
         fewer), or had drafts the grammar refused, is read request by request."""
-        spec, groups = scheduler_output.scheduled_spec_decode_tokens, self.policy.groups
+        spec, groups = scheduler_output.scheduled_spec_decode_tokens, self.groups
         if not groups:  # every request aborted while the step ran
             return
         # drafts, accepted tokens, and drafts that reached each position: vLLM's, less all groups' but the largest
@@ -210,7 +217,7 @@ class DraftDepthScheduling:
         others: dict[int, int] = {}
         if len(groups) > 1:
             largest = max(groups, key=lambda slot: len(groups[slot]))
-            others = self._others(groups, largest, spec, runner_output.req_id_to_index)
+            others = self._others(groups, largest, spec, runner_output.req_id_to_index, lengths)
             reached = list(reached)
             for _, _, drafted, count, accepted_all in self.codec.tallies(others):
                 drafts, accepted = drafts - count, accepted - accepted_all
@@ -220,7 +227,7 @@ class DraftDepthScheduling:
             (largest,) = groups
         depth = even_depth(reached, drafts)
         if scheduler_output.num_invalid_spec_tokens or depth is None:
-            return self._tally_each(runner_output.req_ids, spec, stats)  # the largest group drafted unevenly
+            return self._each(runner_output.req_ids, spec, stats, lengths)  # the largest group drafted unevenly
         if stats.ds4x is None:
             stats.ds4x = DepthStats()
         if others:
@@ -230,10 +237,10 @@ class DraftDepthScheduling:
             stats.ds4x.observe(phase, chosen, depth, drafts, accepted)
 
     def _others(self, groups: dict[int, set[RequestState]], largest: int, spec: dict[str, list[int]],
-                index: dict[str, int]) -> dict[int, int]:
+                index: dict[str, int], lengths: list[int]) -> dict[int, int]:
         """The tallies of every group but the largest, read request by request."""
         counts: dict[int, int] = {}
-        lengths, sampled_base, drafts_of, index_of = self._lengths, self.codec.sampled_base, spec.get, index.get
+        sampled_base, drafts_of, index_of = self.codec.sampled_base, spec.get, index.get
         for slot, group in groups.items():
             if slot != largest:
                 for state in group:
@@ -243,11 +250,11 @@ class DraftDepthScheduling:
                         counts[code] = counts.get(code, 0) + 1
         return counts
 
-    def _tally_each(self, ids: list[str], spec: dict[str, list[int]], stats: Any) -> None:
+    def _each(self, ids: list[str], spec: dict[str, list[int]], stats: Any, lengths: list[int]) -> None:
         """Read request by request: the step's counts by phase and chosen depth."""
         counts = [0] * self.codec.size
         sampled_base = self.codec.sampled_base
-        for state, drafts, length in zip(map(self._states.get, ids), map(spec.get, ids), self._lengths):
+        for state, drafts, length in zip(map(self.states.get, ids), map(spec.get, ids), lengths):
             if drafts and length and state is not None:  # None: aborted while it ran
                 counts[state.slot + sampled_base(len(drafts)) + length] += 1
         self._observe(stats, counts)
@@ -257,6 +264,7 @@ class DraftDepthScheduling:
             stats.ds4x = DepthStats()
         for phase, chosen, drafted, count, accepted in self.codec.tallies(counts):
             stats.ds4x.observe(phase, chosen, drafted, count, accepted)
+
 
 
 def uniform_drafts(spec: dict[str, list[int]], ids: list[str], stats: Any, refused: Any) -> int | None:
