@@ -9,11 +9,13 @@ so it keeps a full CUDA graph. KV lookahead stays reserved for K_max.
 """
 
 import time
+from collections.abc import Iterable, Mapping
 from itertools import chain
 from typing import Any
 
 from vllm.ds4x.depth_estimates import StepCosts
 from vllm.ds4x.draft_depth import DepthPolicy, FixedDepth, PhaseTracker, RequestState, configured_draft_depth
+from vllm.ds4x.scheduler_seams import RequestView, RunnerOutputView, SchedulerOutputView
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
 from vllm.v1.request import RequestStatus
@@ -84,12 +86,12 @@ class DraftDepthScheduling:
         lag = 2 if vllm_config.scheduler_config.async_scheduling else 1
         return cls(DepthPolicy(config, k_max, tracker, lag))
 
-    def add(self, request: Any) -> None:
+    def add(self, request: RequestView) -> None:
         params = request.sampling_params
         request.ds4x_depth_state = self.policy.add(
             request.request_id, request.prompt_token_ids or [], params.extra_args if params is not None else None)
 
-    def forget(self, request: Any) -> None:
+    def forget(self, request: RequestView) -> None:
         """A request that finished in this step's output is kept until the step
         ends (its last step counts, as in vLLM's stats); an aborted one goes now
         (vLLM skips its output)."""
@@ -101,7 +103,7 @@ class DraftDepthScheduling:
         else:
             self._leaving.append(state)
 
-    def uniform_depth(self, running: Any) -> None:
+    def uniform_depth(self, running: Iterable[RequestView]) -> None:
         """Before scheduling: every decode request in the batch verifies one
         depth, the smallest graph depth at or above the deepest one chosen
         among them, so the batch has one query length and replays its CUDA
@@ -125,7 +127,7 @@ class DraftDepthScheduling:
             if len(drafts) > depth:
                 request.spec_token_ids = drafts[:depth]
 
-    def before_output(self, runner_output: Any) -> None:
+    def before_output(self, runner_output: RunnerOutputView) -> None:
         """vLLM trims a stopping request's sampled tokens in place; what it
         verified is counted on their lengths as sampled. One set test over all
         the step's new tokens, while they are at hand, says whether any may end
@@ -134,7 +136,8 @@ class DraftDepthScheduling:
         self._lengths = list(map(len, sampled))
         self._marked = not self._markers.isdisjoint(chain.from_iterable(sampled))
 
-    def on_step_end(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any],
+    def on_step_end(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
+                    requests: Mapping[str, RequestView],
                     stats: SpecDecodingStats | None) -> SpecDecodingStats | None:
         """The step's output, after vLLM's own loop over it (`requests`: the
         scheduler's, by id; `stats`: the step's SpecDecodingStats, None when
@@ -152,7 +155,8 @@ class DraftDepthScheduling:
         self.strategy.step_ended(runner_output.req_id_to_index)
         return stats
 
-    def _count_unverified(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any],
+    def _count_unverified(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
+                          requests: Mapping[str, RequestView],
                           stats: SpecDecodingStats | None) -> SpecDecodingStats | None:
         """Decode steps of requests that verified nothing (they chose depth 0, or
         the drafter proposed nothing): one token scheduled, no drafts, not a
@@ -179,7 +183,8 @@ class DraftDepthScheduling:
         stats.ds4x.observe_unverified(count)
         return stats
 
-    def _read_output(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any], stats: Any) -> None:
+    def _read_output(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
+                     requests: Mapping[str, RequestView], stats: SpecDecodingStats | None) -> None:
         ids, sampled = runner_output.req_ids, runner_output.sampled_token_ids
         spec = scheduler_output.scheduled_spec_decode_tokens
         self._drafted = drafted = uniform_drafts(spec, ids, stats, scheduler_output.num_invalid_spec_tokens)
@@ -203,7 +208,8 @@ class StepTally:
     def __init__(self, policy: DepthPolicy) -> None:
         self.codec, self.groups, self.states = policy.codec, policy.groups, policy.requests
 
-    def count(self, scheduler_output: Any, runner_output: Any, stats: Any, lengths: list[int]) -> None:
+    def count(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
+              stats: SpecDecodingStats, lengths: list[int]) -> None:
         """The step's verifications into its stats by phase and chosen depth:
         vLLM's own totals for the step, less those of every group of requests
         (same phase and chosen depth) but the largest, read one by one. A step
@@ -250,7 +256,7 @@ class StepTally:
                         counts[code] = counts.get(code, 0) + 1
         return counts
 
-    def _each(self, ids: list[str], spec: dict[str, list[int]], stats: Any, lengths: list[int]) -> None:
+    def _each(self, ids: list[str], spec: dict[str, list[int]], stats: SpecDecodingStats, lengths: list[int]) -> None:
         """Read request by request: the step's counts by phase and chosen depth."""
         counts = [0] * self.codec.size
         sampled_base = self.codec.sampled_base
@@ -259,7 +265,7 @@ class StepTally:
                 counts[state.slot + sampled_base(len(drafts)) + length] += 1
         self._observe(stats, counts)
 
-    def _observe(self, stats: Any, counts: list[int] | dict[int, int]) -> None:
+    def _observe(self, stats: SpecDecodingStats, counts: list[int] | dict[int, int]) -> None:
         if stats.ds4x is None:
             stats.ds4x = DepthStats()
         for phase, chosen, drafted, count, accepted in self.codec.tallies(counts):
@@ -267,7 +273,8 @@ class StepTally:
 
 
 
-def uniform_drafts(spec: dict[str, list[int]], ids: list[str], stats: Any, refused: Any) -> int | None:
+def uniform_drafts(spec: dict[str, list[int]], ids: list[str], stats: SpecDecodingStats | None,
+                   refused: dict[str, int] | None) -> int | None:
     """d when every request of the step verified d >= 1 drafts, else None: from
     vLLM's drafts per position when its stats counted every drafted request (all
     reached position d - 1, none position d) and none was refused by the grammar
@@ -288,7 +295,7 @@ def even_depth(reached: list[int], drafts: int) -> int | None:
     return depth if drafts >= 0 and reached == [drafts] * depth + [0] * (len(reached) - depth) else None
 
 
-def _untimed(scheduler_output: Any, drafted: int | None) -> None:
+def _untimed(scheduler_output: SchedulerOutputView, drafted: int | None) -> None:
     """A strategy that decides on no step costs: nothing to time."""
 
 
@@ -303,7 +310,7 @@ class StepTimer:
         self._previous = 0  # requests in the last step
         self._step_end: float | None = None
 
-    def time(self, scheduler_output: Any, drafted: int | None) -> None:
+    def time(self, scheduler_output: SchedulerOutputView, drafted: int | None) -> None:
         """`drafted`: d when every request of the step verified d drafts (then each
         was scheduled 1 + d tokens, unless it was no decode: checked on the total)."""
         now = time.perf_counter()
