@@ -20,6 +20,7 @@ from typing import Any
 from ds4x import inputs, launch
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
 from ds4x.core import depth_sim as sim
+from ds4x.core import measure_analysis as analysis
 from ds4x.core import moe_placement as mp
 from ds4x.errors import Ds4xError, InputError
 from ds4x.overlay import load_module
@@ -284,9 +285,8 @@ def overlap_lines(args: argparse.Namespace, profile: dict[str, Any]) -> list[str
     curve, layers = sim.profile_curve(profile["measured"])
     overlap = sim.Overlap(mode=args.overlap, outside_ms=args.overlap_outside_ms, ubatch_gpu=args.ubatch_gpu)
     acceptance = dict(zip(("reasoning", "answer"), args.acceptance))
-    measure = measure_module()
     lines = sim.overlap_report(curve, layers, args.gpu_ms, args.max_num_seqs, args.num_speculative_tokens,
-                               acceptance, measure.PREDICT_TOKENS, measure.PREDICT_SEEDS, overlap,
+                               acceptance, analysis.PREDICT_TOKENS, analysis.PREDICT_SEEDS, overlap,
                                step_cost=profile["draft_depth"]["step_cost"])  # as measure's own table
     return ["predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), " + lines[0], *lines[1:]]
 

@@ -11,7 +11,7 @@ so it keeps a full CUDA graph. KV lookahead stays reserved for K_max.
 import time
 from collections.abc import Iterable, Mapping
 from itertools import chain
-from typing import Any
+from typing import Any, TypeAlias
 
 from vllm.ds4x.depth_estimates import StepCosts
 from vllm.ds4x.draft_depth import DepthPolicy, FixedDepth, PhaseTracker, RequestState, configured_draft_depth
@@ -22,6 +22,8 @@ from vllm.v1.request import RequestStatus
 from vllm.v1.spec_decode.metrics import SpecDecodingStats
 
 logger = init_logger(__name__)
+StepStats: TypeAlias = "SpecDecodingStats | None"
+"""a step's spec-decode stats; None when vLLM does not log them or nothing was verified"""
 
 
 def phase_tracker(vllm_config: Any) -> PhaseTracker | None:
@@ -137,8 +139,7 @@ class DraftDepthScheduling:
         self._marked = not self._markers.isdisjoint(chain.from_iterable(sampled))
 
     def on_step_end(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
-                    requests: Mapping[str, RequestView],
-                    stats: SpecDecodingStats | None) -> SpecDecodingStats | None:
+                    requests: Mapping[str, RequestView], stats: StepStats) -> StepStats:
         """The step's output, after vLLM's own loop over it (`requests`: the
         scheduler's, by id; `stats`: the step's SpecDecodingStats, None when
         not logged or nothing was verified). Returns the step's stats: vLLM's,
@@ -156,8 +157,7 @@ class DraftDepthScheduling:
         return stats
 
     def _count_unverified(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
-                          requests: Mapping[str, RequestView],
-                          stats: SpecDecodingStats | None) -> SpecDecodingStats | None:
+                          requests: Mapping[str, RequestView], stats: StepStats) -> StepStats:
         """Decode steps of requests that verified nothing (they chose depth 0, or
         the drafter proposed nothing): one token scheduled, no drafts, not a
         new or resumed request, output tokens from before this step, not
