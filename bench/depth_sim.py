@@ -37,9 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ds4x.overlay import load_module
-
-sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
+from ds4x.core import depth_sim as sim
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PROFILE = ROOT / "bench" / "results" / "h200-e2e" / "measure.json"

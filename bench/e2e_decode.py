@@ -30,9 +30,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ds4x.overlay import load_module
-
-sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
+from bench.counters import HarnessCounters
+from ds4x.core import depth_sim as sim
+from ds4x.core import draft_depth
 
 K = 2
 BASELINE = f"fixed {K}"
@@ -103,9 +103,10 @@ def read_engine(path: Path, problems: list[str]) -> dict[str, Any] | None:
 def decode_problems(run: dict[str, Any], where: str) -> list[str]:
     """What no engine's decode may show: eager decode steps, lk_moe's prefill path."""
     problems = []
-    if eager := {k: v for k, v in run.get("decode_steps", {}).get("eager", {}).items() if v}:
+    counters = HarnessCounters.read(run)
+    if eager := counters.eager_decode_steps():
         problems.append(f"{where}: eager decode steps {eager}")
-    if run.get("lk_moe", {}).get("_cpu_prefill (decode)"):
+    if counters.prefill_in_decode:
         problems.append(f"{where}: _cpu_prefill ran in decode steps")
     return problems
 
@@ -132,15 +133,14 @@ def check(res: Results) -> None:
     for run, lengths in ((res.nospec, {"1"}), (res.spec, {"1", "2", "3"})):
         if not run:
             continue  # no baseline asked for
-        steps = run.get("decode_steps", {})
         res.problems += decode_problems(run, str(run.get("mode")))
-        if missing := lengths - set(steps.get("graph", {})):
+        if missing := lengths - set(HarnessCounters.read(run).graph_steps):
             res.problems.append(f"{run.get('mode')}: no graph replayed at query length(s) {sorted(missing)}")
     check_depths(res, cells)
     tokens = {c["tokens"] for r in res.profile.get("measured", {}).get("runs", []) for c in r.get("cases", [])}
     if need := {n * (d + 1) for n in requests for d in range(K + 1)} - tokens:
         res.problems.append(f"measure.json: no layer timing for {sorted(need)} tokens")
-    if not res.spec.get("drafter_after", {}).get("1"):
+    if not HarnessCounters.read(res.spec).drafter_after.get("1"):
         res.problems.append("the drafter replayed no graph after depth-0 steps")
     for phase in phases:
         got = acceptance(cells, phase)
@@ -154,11 +154,9 @@ def verified_depth(policy: str, phase: str) -> str | None:
     draft_depth config as the scheduler rounds it (None: adaptive chooses)."""
     if policy == NO_SPEC:
         return "0"
-    config = sim.dd.DraftDepthConfig.from_dict(sim.policies(K)[policy], K)
-    if config.policy == "adaptive":
-        return None
-    chosen = config.phase_depths(K)[phase] if config.policy == "phase" else K
-    return str(sim.dd.batch_depth_table(config.verify_depths(K), K)[chosen])
+    config = draft_depth.parse_draft_depth(sim.policies(K)[policy], K)
+    chosen = config.phase_depth(phase, K)
+    return None if chosen is None else str(draft_depth.batch_depth_table(config.verify_depths(K), K)[chosen])
 
 
 def check_depths(res: Results, cells: dict[tuple[str, int, str], list[dict[str, Any]]]) -> None:

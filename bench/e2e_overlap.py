@@ -28,7 +28,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench.e2e_decode import PREDICTION_SLACK, decode_problems, read_engine, read_json, sim
+from bench.counters import HarnessCounters
+from bench.e2e_decode import PREDICTION_SLACK, decode_problems, read_engine, read_json
+from ds4x.core import depth_sim as sim
 
 BASE = "off"
 NAME = re.compile(r"e2e-(nospec|spec)-([a-z]+)\.json")
@@ -61,7 +63,7 @@ def cells(run: Run) -> dict[Key, dict[str, Any]]:
 def check(engine: str, levels: dict[str, Run], problems: list[str]) -> None:
     """Every other level against off: the same cells, the same tokens, graphs only."""
     base = cells(levels.get(BASE, {}))
-    replayed = {level: set(run.get("decode_steps", {}).get("graph", {})) for level, run in levels.items()}
+    replayed = {level: set(HarnessCounters.read(run).graph_steps) for level, run in levels.items()}
     for level, run in levels.items():
         where = f"{engine} {level}"
         if run.get("overlap") != level:

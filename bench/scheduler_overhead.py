@@ -41,6 +41,7 @@ from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import init_none_hash
 from vllm.v1.outputs import DraftTokenIds
 
+from ds4x.core.named_policies import harness_policies
 from engine.scheduler_check import END_THINK, THINK, K, output, request, scheduler
 
 WARM_UP = 20  # steps left out of every run: admission, first decisions
@@ -51,10 +52,8 @@ EQUAL = {  # every request verifies K, as with ds4x off
     f"phase {K}/{K}": {"policy": "phase", "reasoning_depth": K, "answer_depth": K, "graph_depths": GRAPHS},
     f"adaptive (min_depth {K})": {"policy": "adaptive", "min_depth": K, "graph_depths": GRAPHS},
 }
-CUTS = {  # reasoning requests verify fewer drafts
-    f"phase 1/{K}": {"policy": "phase", "reasoning_depth": 1, "answer_depth": K},
-    f"phase 0/{K}": {"policy": "phase", "reasoning_depth": 0, "answer_depth": K},
-}
+CUTS = {  # reasoning requests verify fewer drafts: the harness's phase policies
+    p.name: p.draft_depth for p in harness_policies(K).values() if p.draft_depth and p.draft_depth["policy"] == "phase"}
 HOOKS = ("uniform_depth", "before_output", "on_step_end")
 
 

@@ -7,15 +7,23 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ds4x.core import draft_depth
+from ds4x.core import moe_placement as mp
+from ds4x.core.named_policies import named_policies
 from ds4x.errors import InputError
 from ds4x.inputs import read_text
+from ds4x.planned import Plan, PlanRequest
 
+Compute = Callable[[PlanRequest], Plan]
+"""plan.compute: the plan at a set of plan options"""
 LK_SHARE = 0.75  # measured here: 12 of 16 cores is fastest, 16 of 16 is 14x slower
-PHASE_02 = {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2}
+DEFAULT_POLICY = named_policies(2)["phase 0/2"]  # without a measure profile: the best measured while reasoning
+PHASE_02 = DEFAULT_POLICY.draft_depth
 
 
 @dataclass(frozen=True)
@@ -35,16 +43,17 @@ def lk_threads(profile: dict[str, Any] | None) -> tuple[int, str]:
                                            f"plan --measure times it (all cores is the 14x cliff)")
 
 
-def lines(args: Any, result: dict[str, Any], profile: dict[str, Any] | None) -> tuple[list[Line], list[Line]]:
+def lines(args: PlanRequest, result: Plan, profile: dict[str, Any] | None) -> tuple[list[Line], list[Line]]:
     """(environment, options) of the serving command."""
-    plan, choice = result["budget"], result["choice"]
+    plan, choice = result.budget, result.choice
     gib = 2**30
     resident = ",".join(map(str, choice.layers)) or "none"
     threads, threads_why = lk_threads(profile)
     k = args.num_speculative_tokens
     depth = profile["draft_depth"] if profile else PHASE_02
     depth_why = ("plan --measure: adaptive from this machine's step costs" if profile else
-                 "phase 0/2: the best measured while reasoning, within noise answering (docs/measured-on-gpu.md)")
+                 f"{DEFAULT_POLICY.name}: the best measured while reasoning, within noise answering "
+                 f"(docs/measured-on-gpu.md)")
     spec = {"method": "dspark", "num_speculative_tokens": k, "draft_depth": depth}
     env = [
         Line("LVLLM_MOE_NUMA_ENABLED", "1", "the fork runs the routed experts of CPU layers on lk_moe"),
@@ -109,8 +118,8 @@ def read(path: Path) -> Launch:
     return Launch(env, options)
 
 
-def check(launch: Launch, args: Any, mp: Any, draft_depth: Any) -> tuple[list[str], list[str]]:
-    """(errors, warnings) of a script against the plan at its own settings."""
+def check(launch: Launch, args: PlanRequest, compute: Compute) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of a script against the plan (`compute`: plan.compute) at its own settings."""
     errors: list[str] = []
     warnings: list[str] = []
     cores = os.cpu_count() or 1
@@ -120,27 +129,27 @@ def check(launch: Launch, args: Any, mp: Any, draft_depth: Any) -> tuple[list[st
     elif not threads.isdigit() or not 0 < int(threads) < cores:
         errors.append(f"LK_THREADS={threads} on {cores} cores: all cores (or more) is the 14x cliff; "
                       f"leave some free, e.g. {max(1, int(cores * LK_SHARE))} (plan --measure times it)")
-    _check_memory(launch, args, mp, errors)
-    _check_depth(launch, draft_depth, errors, warnings)
+    _check_memory(launch, args, compute, errors)
+    _check_depth(launch, errors, warnings)
     return errors, warnings
 
 
-def _check_memory(launch: Launch, args: Any, mp: Any, errors: list[str]) -> None:
+def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, errors: list[str]) -> None:
     """The plan at the script's own memory settings, and its resident layers against it."""
-    from ds4x import plan as planning
-
     settings = {"--max-model-len": ("max_model_len", int), "--gpu-memory-utilization": ("gpu_memory_utilization", float),
                 "--kv-cache-dtype": ("kv_cache_dtype", str), "--tensor-parallel-size": ("tp", int),
                 "--pipeline-parallel-size": ("pp", int)}
+    changes: dict[str, object] = {}
     for option, (field, kind) in settings.items():
         if option in launch.options:
             try:
-                setattr(args, field, kind(launch.options[option]))
+                changes[field] = kind(launch.options[option])
             except ValueError:
                 errors.append(f"{option} {launch.options[option]!r} is not a {kind.__name__}")
                 return
-    result = planning.compute(args)
-    budget = result["budget"]
+    args = replace(args, **changes)  # type: ignore[arg-type]  # each field's own type, by the table above
+    result = compute(args)
+    budget = result.budget
     if budget.for_resident_layers < 0:
         errors.append(f"at --max-model-len {args.max_model_len}, --gpu-memory-utilization {args.gpu_memory_utilization}"
                       f" the model does not fit ({-budget.for_resident_layers / 2**30:.2f} GiB short on --gpu-mem)")
@@ -151,30 +160,32 @@ def _check_memory(launch: Launch, args: Any, mp: Any, errors: list[str]) -> None
     except mp.PlacementError as e:
         errors.append(str(e))
         return
-    fit, moe_layers = len(result["choice"].layers), len(result["shape"].moe_layers)
+    fit, moe_layers = len(result.choice.layers), len(result.shape.moe_layers)
     asked = moe_layers if selection.mode == "all" else len(selection.layers)
     if selection.mode != "auto" and asked > fit:
         errors.append(f"{mp.LAYERS_ENV}={value}: {asked} resident layers, only {fit} fit "
                       f"({budget.for_resident_layers / 2**30:.2f} GiB left at these settings)")
 
 
-def _check_depth(launch: Launch, draft_depth: Any, errors: list[str], warnings: list[str]) -> None:
+def _check_depth(launch: Launch, errors: list[str], warnings: list[str]) -> None:
     raw = launch.options.get("--speculative-config")
     if raw is None:
         warnings.append("no --speculative-config: no draft depth policy, no speculation")
         return
     try:
         spec = json.loads(raw)
-        k = int(spec["num_speculative_tokens"])
-        config = draft_depth.DraftDepthConfig.from_dict(spec.get("draft_depth"), k)
+        k = spec["num_speculative_tokens"]
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"num_speculative_tokens={k!r}: expected a whole number >= 1, e.g. 2")
+        config = draft_depth.parse_draft_depth(spec.get("draft_depth"), k)
     except (ValueError, KeyError, TypeError, draft_depth.DraftDepthError) as e:
-        errors.append(f"--speculative-config: {str(e)[:200]}")
+        errors.append(f"--speculative-config: {str(e)[:400]}")
         return
     mode = json.loads(launch.options.get("--compilation-config") or "{}").get("cudagraph_mode")
     if mode != "FULL_DECODE_ONLY":
         warnings.append(f"cudagraph_mode {mode or 'unset'}: decode steps verify in full graphs only with "
                         f"FULL_DECODE_ONLY (--compilation-config)")
-    chosen = set(config.phase_depths(k).values()) if config.policy == "phase" else set()
+    chosen = {d for phase in (draft_depth.REASONING, draft_depth.ANSWER) if (d := config.phase_depth(phase, k)) is not None}
     missing = chosen - set(config.verify_depths(k))
     if missing:
         warnings.append(f"draft_depth.graph_depths {sorted(config.verify_depths(k))} lacks the depths the policy "

@@ -1,4 +1,4 @@
-"""Overlay folders: our own new files, copied into a target tree as they are."""
+"""Overlay folders: our own new files, copied into a target tree as they are (the core's with vllm-common)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,22 @@ from ds4x.checkout import HOME
 from ds4x.digest import sha256_file
 from ds4x.errors import InputError
 
+CORE_INTO = "vllm/ds4x"
+"""where the core's modules (ds4x/core beside the overlay folder) go in a target tree; its
+__init__.py stays behind: the overlay has vllm.ds4x's"""
+FORK_ONLY = frozenset({"measure_analysis.py", "moe_placement.py", "overlap_plan.py"})
+"""the core's modules that only the fork's runtime uses: the lvllmds4-x overlay carries them, the
+vllm-common overlay every other"""
+
+
+def core_files(root: Path, overlay: str) -> dict[str, Path]:
+    """Tree-relative path -> module, for the core's modules that `overlay` carries (`root`: the overlay folder)."""
+    carries = {"vllm-common": lambda name: name not in FORK_ONLY, "lvllmds4-x": lambda name: name in FORK_ONLY}
+    wanted = carries.get(overlay)
+    core = root.parent / "ds4x" / "core"
+    return {f"{CORE_INTO}/{path.name}": path for path in sorted(core.glob("*.py"))
+            if path.name != "__init__.py" and wanted is not None and wanted(path.name)}
+
 
 def overlay_files(root: Path, names: tuple[str, ...]) -> dict[str, Path]:
     """Tree-relative path -> our file, for every overlay a target names."""
@@ -20,12 +36,12 @@ def overlay_files(root: Path, names: tuple[str, ...]) -> dict[str, Path]:
         folder = root / name
         if not folder.is_dir():
             raise InputError(f"overlay {name!r} not found under {root}", "create it or drop it from pins.toml")
-        for path in sorted(folder.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                rel = path.relative_to(folder).as_posix()
-                if rel in files:
-                    raise InputError(f"overlay file {rel} is in two overlays", "keep it in one")
-                files[rel] = path
+        found = {path.relative_to(folder).as_posix(): path for path in sorted(folder.rglob("*"))
+                 if path.is_file() and "__pycache__" not in path.parts}
+        for rel, path in [*found.items(), *core_files(root, name).items()]:
+            if rel in files:
+                raise InputError(f"overlay file {rel} is in two overlays", "keep it in one")
+            files[rel] = path
     return files
 
 
@@ -66,8 +82,17 @@ def load_module(relative: str) -> ModuleType:
     path = overlays / relative
     if not path.is_file():
         raise InputError(f"overlay module {relative} not found under {overlays}")
-    if PACKAGE not in sys.modules:
-        package = ModuleType(PACKAGE)
-        package.__path__ = [str(folder) for folder in sorted(overlays.glob("*/vllm/ds4x"))]
-        sys.modules[PACKAGE] = package
+    overlay_package()
     return importlib.import_module(f"{PACKAGE}.{path.stem}")
+
+
+def overlay_package() -> ModuleType:
+    """The package load_module loads into: every overlay's vllm/ds4x folder and the core, as
+    `vllm.ds4x` is in a built tree (made on first use)."""
+    if PACKAGE not in sys.modules:
+        overlays = HOME.layout.overlays
+        package = ModuleType(PACKAGE)
+        package.__path__ = [str(folder) for folder in sorted(overlays.glob("*/vllm/ds4x"))] + [
+            str(overlays.parent / "ds4x" / "core")]
+        sys.modules[PACKAGE] = package
+    return sys.modules[PACKAGE]

@@ -1,7 +1,7 @@
 """`plan`: will DeepSeek-V4-Flash fit, which MoE layers stay on the GPU, how fast can decode go.
 
-The arithmetic is the fork overlay's own (overlay/lvllmds4-x/vllm/ds4x/moe_placement.py),
-loaded from its file: the plan and the running engine cannot disagree.
+The arithmetic is the fork engine's own (ds4x/core/moe_placement.py, which the fork overlay
+ships as vllm.ds4x.moe_placement): the plan and the running engine cannot disagree.
 """
 
 from __future__ import annotations
@@ -19,8 +19,12 @@ from typing import Any
 
 from ds4x import inputs, launch
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
+from ds4x.core import depth_sim as sim
+from ds4x.core import measure_analysis as analysis
+from ds4x.core import moe_placement as mp
 from ds4x.errors import Ds4xError, InputError
 from ds4x.overlay import load_module
+from ds4x.planned import Plan, PlanRequest
 from ds4x.scratch import atomic_path
 
 EXAMPLE = HOME.examples / EXAMPLE_CONFIG
@@ -28,10 +32,6 @@ _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)?", re.I)
 MAX_SIZE = 2**50  # 1 PiB: above any GPU or RAM bandwidth a plan is for
 DSPARK_LAYERS = 3  # the draft layers DSpark ships with DeepSeek-V4-Flash (the README's configuration)
 _UNITS = {None: 1024**3, "gib": 1024**3, "gb": 10**9, "mib": 1024**2, "mb": 10**6}
-
-
-def placement_module() -> ModuleType:
-    return load_module("lvllmds4-x/vllm/ds4x/moe_placement.py")
 
 
 def measure_module() -> ModuleType:
@@ -140,7 +140,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="time lk_moe on this machine instead: cost curve per LK_THREADS, tok/s per draft-depth "
                         "policy, a step-cost profile for the adaptive policy (options below)")
     group = p.add_argument_group("--measure")
-    outside = load_module("vllm-common/vllm/ds4x/depth_sim.py").OUTSIDE_MS
+    outside = sim.OUTSIDE_MS
     measure_module().add_arguments(group, shared=False)
     group.add_argument("--overlap", choices=("off", "ubatch"), default="off",
                        help="also predict tok/s at --max-num-seqs with LVLLM_MOE_OVERLAP=ubatch (two micro-batches) "
@@ -179,8 +179,7 @@ def _routing(path: Path, shape: Any) -> dict[int, list[float]]:
     return routing
 
 
-def compute(args: argparse.Namespace) -> dict[str, Any]:
-    mp = placement_module()
+def compute(args: PlanRequest) -> Plan:
     config = _load_json(args.config, "--config")
     try:
         shape = mp.model_shape(config, num_draft_layers=args.draft_layers)
@@ -197,18 +196,15 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     ceiling = [mp.decode_ceiling(shape, n, args.ram_bandwidth, tokens) for n in range(len(shape.moe_layers) + 1)]
     by_phase = {phase: mp.decode_ceiling(shape, len(choice.layers), args.ram_bandwidth, tokens, made)
                 for phase, made in tokens_made(args, tokens).items()}
-    return {
-        "shape": shape, "budget": plan, "choice": choice, "ceiling": ceiling, "by_phase": by_phase, "mp": mp,
-    }
+    return Plan(shape=shape, budget=plan, choice=choice, ceiling=ceiling, by_phase=by_phase)
 
 
-def verify_tokens(args: argparse.Namespace) -> int:
+def verify_tokens(args: PlanRequest) -> int:
     return int(args.verify_tokens or 1 + args.num_speculative_tokens)
 
 
-def tokens_made(args: argparse.Namespace, tokens: int) -> dict[str, float]:
+def tokens_made(args: PlanRequest, tokens: int) -> dict[str, float]:
     """Tokens a request makes per step in each phase at --acceptance (given at depth K)."""
-    sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
     k = args.num_speculative_tokens
     made = {}
     for phase, rate in zip(("reasoning", "answer"), args.acceptance):
@@ -217,8 +213,8 @@ def tokens_made(args: argparse.Namespace, tokens: int) -> dict[str, float]:
     return made
 
 
-def table(args: argparse.Namespace, result: dict[str, Any]) -> str:
-    shape, plan, choice, ceiling, mp = (result[k] for k in ("shape", "budget", "choice", "ceiling", "mp"))
+def table(args: PlanRequest, result: Plan) -> str:
+    shape, plan, choice, ceiling = result.shape, result.budget, result.choice, result.ceiling
     gib = mp.GIB
     fits = len(choice.layers)
     rows = [
@@ -237,7 +233,7 @@ def table(args: argparse.Namespace, result: dict[str, Any]) -> str:
     ]
     if math.isfinite(ceiling[fits]):
         rates = " / ".join(f"{r:.0%}" for r in args.acceptance)
-        made = " / ".join(f"{result['by_phase'][phase]:.1f}" for phase in ("reasoning", "answer"))
+        made = " / ".join(f"{result.by_phase[phase]:.1f}" for phase in ("reasoning", "answer"))
         rows.append((f"  at --acceptance {rates} (reasoning / answer)", f"{made} tok/s"))
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
@@ -286,13 +282,11 @@ def overlap_lines(args: argparse.Namespace, profile: dict[str, Any]) -> list[str
     """depth_sim's overlap prediction at --max-num-seqs on the curve measure just
     wrote, with measure's own --gpu-ms, --acceptance, tokens and seeds (so the off
     column is measure's prediction above)."""
-    sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
     curve, layers = sim.profile_curve(profile["measured"])
     overlap = sim.Overlap(mode=args.overlap, outside_ms=args.overlap_outside_ms, ubatch_gpu=args.ubatch_gpu)
     acceptance = dict(zip(("reasoning", "answer"), args.acceptance))
-    measure = measure_module()
     lines = sim.overlap_report(curve, layers, args.gpu_ms, args.max_num_seqs, args.num_speculative_tokens,
-                               acceptance, measure.PREDICT_TOKENS, measure.PREDICT_SEEDS, overlap,
+                               acceptance, analysis.PREDICT_TOKENS, analysis.PREDICT_SEEDS, overlap,
                                step_cost=profile["draft_depth"]["step_cost"])  # as measure's own table
     return ["predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), " + lines[0], *lines[1:]]
 
@@ -325,24 +319,25 @@ def main(args: argparse.Namespace) -> int:
         if done or not args.launch:
             return done
         profile = json.loads(args.profile_out.read_text(encoding="utf-8"))
-    result = compute(args)
-    plan, choice = result["budget"], result["choice"]
+    request = PlanRequest.of(args)
+    result = compute(request)
+    plan, choice = result.budget, result.choice
     if args.json:
         print(json.dumps({"usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
                           "reserve": plan.reserve, "draft_layers": plan.draft_layers,
                           "for_resident_layers": plan.for_resident_layers, "fits": plan.for_resident_layers >= 0,
-                          "resident": list(choice.layers), "ceiling_all_cpu": _finite(result["ceiling"][0]),
-                          "ceiling_resident": _finite(result["ceiling"][len(choice.layers)]),
+                          "resident": list(choice.layers), "ceiling_all_cpu": _finite(result.ceiling[0]),
+                          "ceiling_resident": _finite(result.ceiling[len(choice.layers)]),
                           "acceptance": dict(zip(("reasoning", "answer"), args.acceptance)),
-                          "ceiling_resident_at_acceptance": {k: _finite(v) for k, v in result["by_phase"].items()}},
+                          "ceiling_resident_at_acceptance": {k: _finite(v) for k, v in result.by_phase.items()}},
                          indent=2, allow_nan=False))
     else:
-        print(table(args, result))
+        print(table(request, result))
     if args.plot:
-        plot(args.plot, result["ceiling"], len(choice.layers))
+        plot(args.plot, result.ceiling, len(choice.layers))
         print(f"plot: {args.plot}")
     if plan.for_resident_layers < 0:
-        gib = result["mp"].GIB
+        gib = mp.GIB
         need = plan.usable - plan.for_resident_layers
         raise Ds4xError(
             f"the model does not fit: {need / gib:.2f} GiB needed (weights, KV cache, reserve, draft layers), "
@@ -350,7 +345,7 @@ def main(args: argparse.Namespace) -> int:
             "lower --max-model-len, use --cpu-draft-layers, raise --tp, or a larger GPU",
         )
     if args.launch:
-        env, options = launch.lines(args, result, profile)
+        env, options = launch.lines(request, result, profile)
         with atomic_path(args.launch) as part:
             part.write_text(launch.script(str(args.model or args.config.parent), env, options), encoding="utf-8")
             part.chmod(0o755)
@@ -361,8 +356,7 @@ def main(args: argparse.Namespace) -> int:
 def check_launch(args: argparse.Namespace) -> int:
     """Every disagreement between a serving script and the plan at its settings; 1 on an error."""
     script = launch.read(args.check_launch)
-    errors, warnings = launch.check(script, args, placement_module(),
-                                    load_module("vllm-common/vllm/ds4x/draft_depth.py"))
+    errors, warnings = launch.check(script, PlanRequest.of(args), compute)
     for line in warnings:
         print(f"warning: {line}")
     for line in errors:

@@ -1,9 +1,9 @@
 """The draft-depth policies the engine checks run, by name: the draft_depth
-object of the speculative config (None: vLLM's fixed K)."""
+object of the speculative config (None: vLLM's fixed K), from the one table
+of named policies (ds4x.core.named_policies)."""
 
-POLICIES = {
-    "fixed": None,
-    "phase 1/2": {"policy": "phase", "reasoning_depth": 1, "answer_depth": 2},
-    "phase 0/2": {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2},
-    "adaptive": {"policy": "adaptive", "min_depth": 0},
-}
+from ds4x.core.named_policies import harness_policies
+
+K = 2  # the engine checks' num_speculative_tokens
+
+POLICIES = {policy.engine_name: policy.draft_depth for policy in harness_policies(K).values()}

@@ -24,7 +24,7 @@ from pathlib import Path
 from drafts import DraftFilter
 from harness import DSV4_ENGINE, EAGER, ENGINE, GRAPHS, LK_MOE, TARGET, Counters, spec_metrics
 
-from engine.policies import POLICIES
+from ds4x.core.named_policies import by_case
 
 CASE, OUTDIR, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
 KIND, MODE, *RUNNER = CASE.split("-")
@@ -59,7 +59,7 @@ def engine_args(path: str) -> dict:
             else {"method": "dspark", "model": path + "/draft", "num_speculative_tokens": K,
                   "draft_sample_method": "greedy"} if KIND == "dsv4"
             else {"method": "eagle", "model": path + "_eagle", "num_speculative_tokens": K})
-    policy = POLICIES[{"phase12": "phase 1/2", "phase02": "phase 0/2", "adaptivelow": "adaptive"}.get(MODE, MODE)]
+    policy = by_case(MODE.removesuffix("low"), K).draft_depth  # adaptivelow: adaptive at low acceptance
     if policy is not None:
         spec["draft_depth"] = policy
     parser = "deepseek_v4" if KIND == "dsv4" else "deepseek_r1"

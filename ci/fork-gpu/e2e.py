@@ -39,6 +39,8 @@ from drafts import DraftFilter
 from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, VOCAB, install_loader
 from harness import ENGINE, GRAPHS, Counters, spec_metrics
 
+from ds4x.core.named_policies import named_policies
+
 MODE, OUTDIR, MODELS = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 K = 2
 ACCEPTANCE = {"reasoning": 0.4, "answer": 0.9}  # vLLM's accepted / drafted at depth K, as the user sees it
@@ -49,7 +51,7 @@ PHASES = ("reasoning", "answer")
 TAG = os.environ.get("E2E_TAG", "")
 WARMUP = int(os.environ.get("E2E_WARMUP", "1"))  # unrecorded rounds before the first
 NAME = f"{MODE}-{TAG}" if TAG else MODE  # the files' name: e2e-NAME.json, trace-NAME-xN-DEPTH.json.gz
-ENGINE_POLICY = {"policy": "adaptive", "min_depth": 0}  # captures graphs for depths 0..K
+ENGINE_POLICY = named_policies(K)["adaptive"].draft_depth  # captures graphs for depths 0..K
 
 
 def prompts(tokenizer) -> dict[str, list[list[int]]]:

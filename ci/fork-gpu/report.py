@@ -8,50 +8,60 @@ and never ran _cpu_prefill in a decode step; on model runner v2 the drafter repl
 its graphs after depth-0 steps whenever there were any, and DFlash's drafter its own
 graphs. Exit 1 on any failure.
 
-Usage: report.py RESDIR"""
+Usage: report.py RESDIR (with the checkout root on PYTHONPATH, as setup.sh sets it)"""
 
 import json
 import sys
 from pathlib import Path
 
-# query lengths decode steps must replay, and those captured (which bound what may be replayed)
-EXPECTED_QUERY_LENGTHS = {"fixed": {"3"}, "phase12": {"2", "3"}, "phase02": {"1", "3"}, "adaptive": {"3"},
-                          "adaptivelow": set()}
-CAPTURED_QUERY_LENGTHS = {"fixed": {"3"}, "phase12": {"2", "3"}, "phase02": {"1", "3"}, "adaptive": {"1", "2", "3"},
-                          "adaptivelow": {"1", "2", "3"}}
+from bench.counters import HarnessCounters
+from ds4x.core.named_policies import by_case
+
+K = 2  # case.py's num_speculative_tokens
+LOW = "low"  # a case name's suffix: its policy at low acceptance (case.py's adaptivelow)
 MOE_LAYERS = {"moe": 2, "dsv4": 3}  # lk_moe layers of the target: tiny_models.py's MoE, dsv4_model.py's
 
 
-def check_graphs(case: str, result: dict) -> list[str]:
+def query_lengths(mode: str) -> tuple[set[str], set[str]]:
+    """(those decode steps must replay, those captured, which bound what may be replayed): 1 + the
+    depths the case's policy verifies (adaptive: K at high acceptance, none for sure at low) and has
+    graphs for, from the table of named policies."""
+    policy = by_case(mode.removesuffix(LOW), K)
+    verified = policy.verified_depths(K)
+    if verified is None:
+        verified = frozenset() if mode.endswith(LOW) else frozenset({K})
+    return {str(1 + d) for d in verified}, {str(1 + d) for d in policy.graph_depths(K)}
+
+
+def check_graphs(case: str, counters: HarnessCounters) -> list[str]:
     kind, mode, ngram = *case.split("-")[:2], case.endswith("-v1")
     problems = []
     # n-gram may propose fewer drafts than the batch depth for some request (no match in the
     # text yet): such a batch is uneven or at a length without graphs, and runs eagerly, as in
     # vLLM; a uniform batch at a captured length must never run eagerly
-    missed = {q: n for q, n in result["decode_steps"]["eager"].items()
-              if not ngram or q in CAPTURED_QUERY_LENGTHS[mode]}
+    expected, captured = query_lengths(mode)
+    missed = {q: n for q, n in counters.eager_steps.items() if not ngram or q in captured}
     if sum(missed.values()):
         problems.append(f"eager decode steps {missed}")
-    replayed = {q for q, n in result["decode_steps"]["graph"].items() if n}
-    if not EXPECTED_QUERY_LENGTHS[mode] <= replayed <= CAPTURED_QUERY_LENGTHS[mode]:
+    replayed = counters.replayed()
+    if not expected <= replayed <= captured:
         problems.append(f"decode graphs replayed at query lengths {sorted(replayed)}: expected "
-                        f"{sorted(EXPECTED_QUERY_LENGTHS[mode])}, within {sorted(CAPTURED_QUERY_LENGTHS[mode])}")
-    if mode == "adaptivelow" and not replayed & {"1", "2"}:
+                        f"{sorted(expected)}, within {sorted(captured)}")
+    if mode.endswith(LOW) and not replayed & {"1", "2"}:
         problems.append(f"adaptive verified only K at low acceptance (replayed {sorted(replayed)})")
-    if not ngram and result["decode_steps"]["graph"].get("1") and not result["drafter_after"].get("1"):
+    if not ngram and counters.graph_steps.get("1") and not counters.drafter_after.get("1"):
         problems.append("the drafter replayed no graph after a depth-0 step")
-    if kind in ("dflash", "dsv4") and not sum(result["replays"].get("DFlashCudaGraphManager", {}).values()):
+    if kind in ("dflash", "dsv4") and not sum(counters.replays.get("DFlashCudaGraphManager", {}).values()):
         problems.append("the DFlash-family drafter replayed none of its own graphs")
     return problems
 
 
-def check_moe(result: dict, graphs: int, layers: int) -> list[str]:
-    calls = result["lk_moe"]
+def check_moe(counters: HarnessCounters, graphs: int, layers: int) -> list[str]:
     problems = []
-    if calls.get("_cpu_prefill (decode)"):
-        problems.append(f"_cpu_prefill ran in {calls['_cpu_prefill (decode)']} decode calls")
-    if graphs and calls.get("_cpu_decode (capturing)", 0) < graphs * layers:
-        problems.append(f"cpu_decode captured {calls.get('_cpu_decode (capturing)', 0)} times for {graphs} "
+    if counters.prefill_in_decode:
+        problems.append(f"_cpu_prefill ran in {counters.prefill_in_decode} decode calls")
+    if graphs and counters.decode_captured < graphs * layers:
+        problems.append(f"cpu_decode captured {counters.decode_captured} times for {graphs} "
                         f"decode graphs of {layers} MoE layers")
     return problems
 
@@ -63,10 +73,11 @@ def check(case: str, result: dict | None, reference: dict | None) -> list[str]:
         return [f"failed: {result.get('error', '?')[:300]}"]
     kind, mode = case.split("-")[:2]
     problems = []
-    target_graphs = sum(len(keys) for name, keys in result.get("graphs", {}).items()
+    counters = HarnessCounters.read(result)
+    target_graphs = sum(len(keys) for name, keys in counters.graphs.items()
                         if name in ("ModelCudaGraphManager", "CudagraphDispatcher"))
     if kind in MOE_LAYERS:
-        problems += check_moe(result, target_graphs if mode != "eager" else 0, MOE_LAYERS[kind])
+        problems += check_moe(counters, target_graphs if mode != "eager" else 0, MOE_LAYERS[kind])
     if mode == "eager":
         return problems
     if reference is None or not reference.get("ok"):
@@ -74,7 +85,7 @@ def check(case: str, result: dict | None, reference: dict | None) -> list[str]:
     elif result["tokens"] != reference["tokens"]:
         same = sum(a == b for a, b in zip(result["tokens"], reference["tokens"]))
         problems.append(f"greedy tokens differ from the eager run: {same}/{len(reference['tokens'])} equal")
-    return problems + check_graphs(case, result)
+    return problems + check_graphs(case, counters)
 
 
 def main(resdir: Path) -> int:

@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 
-from ds4x.overlay import load_module
-
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = {"num_hidden_layers": 4, "hidden_size": 512, "moe_intermediate_size": 256, "n_routed_experts": 16,
@@ -71,7 +69,8 @@ def test_curve_grows_with_tokens_and_the_sweep_ran_both_thread_counts(measured: 
 
 def test_profile_is_what_the_adaptive_policy_starts_from(measured: tuple[str, dict[str, Any]]) -> None:
     out, profile = measured
-    dd = load_module("vllm-common/vllm/ds4x/draft_depth.py")
+    from ds4x.core import draft_depth as dd
+
     config = dd.DraftDepthConfig.from_dict(profile["draft_depth"], 2)
     policy = dd.DepthPolicy(config, 2, dd.PhaseTracker([[1]], [[2]]))
     seconds = profile["measured"]["step_seconds"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import pins, sources
+from ds4x import overlay, pins, sources
 from ds4x.cli import main
 from tests.conftest import git
 
@@ -105,9 +105,8 @@ def test_vllm_export_applies_to_the_clean_sdist_and_imports(tmp_path: Path, sett
         # __main__ imports the fork's measure under try/except ImportError: the vllm target has none
         assert _overlay_imports(text) - added <= {"vllm/ds4x/measure.py"}, patch.name
         assert "\nSigned-off-by: ds4x test <test@example.org>\n" in text and "\nForwarded: " in text
-    overlay_root = Path(__file__).resolve().parents[2] / "overlay" / "vllm-common"
-    assert {p.relative_to(overlay_root).as_posix() for p in overlay_root.rglob("*.py")
-            if "__pycache__" not in p.parts} <= added
+    overlay_root = Path(__file__).resolve().parents[2] / "overlay"
+    assert {rel for rel in overlay.overlay_files(overlay_root, ("vllm-common",)) if rel.endswith(".py")} <= added
     base = sources.fetch(repo_pins.get("vllm"), settings)
     tree = tmp_path / "tree"
     git(tmp_path, "clone", "-q", "--shared", str(base.repo), str(tree))

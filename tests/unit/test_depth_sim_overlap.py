@@ -12,10 +12,9 @@ import pytest
 
 from bench import depth_sim as bench_sim
 from ds4x import plan
-from ds4x.overlay import load_module
+from ds4x.core import depth_sim as sim
+from ds4x.core import measure_analysis as analysis
 
-sim = load_module("vllm-common/vllm/ds4x/depth_sim.py")
-measure = load_module("lvllmds4-x/vllm/ds4x/measure.py")
 # DeepSeek-V4-Flash's MXFP4 layer through cpu_decode on the H200 at LK_THREADS=12, ms a layer call
 # by tokens (README; the 157.5 ms is 43 x the 2-token call); 4 and 6 tokens made up, steeper
 H200 = {1: 1.69, 2: 157.5 / 43, 3: 5.18, 4: 7.9, 6: 11.2}
@@ -98,10 +97,10 @@ def test_report_says_when_no_split_pays() -> None:
 
 def test_measure_advises_the_variable_from_its_curve() -> None:
     run = {"cases": [{"tokens": n, "ms": ms} for n, ms in STAND_IN.items()]}
-    assert measure.ubatch_advice(run, 0.0, 12).endswith("LVLLM_MOE_OVERLAP=ubatch LVLLM_MOE_UBATCH_TOKENS=1")
-    assert measure.ubatch_advice(run, sim.OUTSIDE_MS + 12 * 0.7, 12).endswith("LVLLM_MOE_UBATCH_TOKENS=2")
+    assert analysis.ubatch_advice(run, 0.0, 12).endswith("LVLLM_MOE_OVERLAP=ubatch LVLLM_MOE_UBATCH_TOKENS=1")
+    assert analysis.ubatch_advice(run, sim.OUTSIDE_MS + 12 * 0.7, 12).endswith("LVLLM_MOE_UBATCH_TOKENS=2")
     flat = {"cases": [{"tokens": 1, "ms": 1.0}, {"tokens": 2, "ms": 1.5}]}
-    assert measure.ubatch_advice(flat, 0.0, 12).endswith("leave LVLLM_MOE_OVERLAP off")
+    assert analysis.ubatch_advice(flat, 0.0, 12).endswith("leave LVLLM_MOE_OVERLAP off")
 
 
 def test_three_requests_split_two_and_one() -> None:
@@ -112,7 +111,7 @@ def test_three_requests_split_two_and_one() -> None:
 @pytest.mark.parametrize("requests", [1, 2])
 def test_off_is_measures_step_cost_and_one_request_never_changes(requests: int) -> None:
     run = {"cases": [{"tokens": n, "ms": ms} for n, ms in H200.items()]}
-    expected = measure.step_seconds(run, 2, 43, [28.5, 29.0, 30.0], requests)
+    expected = analysis.step_seconds(run, 2, 43, [28.5, 29.0, 30.0], requests)
     assert sim.step_seconds(H200, 43, [28.5, 29.0, 30.0], requests, 2, sim.Overlap()) == pytest.approx(expected)
     assert (sim.step_seconds(H200, 43, [28.5], 1, 2, UBATCH)
             == sim.step_seconds(H200, 43, [28.5], 1, 2, sim.Overlap()))

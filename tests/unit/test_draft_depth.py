@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
-from ds4x.overlay import load_module
+from ds4x.core import depth_clock, depth_outcomes
+from ds4x.core import depth_estimates as est
+from ds4x.core import depth_tally as tally
+from ds4x.core import draft_depth as dd
 from tests.unit.depth_by_id import ById
 
-dd = load_module("vllm-common/vllm/ds4x/draft_depth.py")
-est = load_module("vllm-common/vllm/ds4x/depth_estimates.py")
-tally = load_module("vllm-common/vllm/ds4x/depth_tally.py")
-depth_clock = load_module("vllm-common/vllm/ds4x/depth_clock.py")
 THINK, END_THINK = 1, 2
 TOOL_MARKER = (7, 8, 9)  # e.g. "<｜DSML｜tool_calls>" as three tokens
 
@@ -176,7 +175,7 @@ def test_outcome_log_counts_what_a_pass_a_step_would(steps: int) -> None:
     nothing sampled (0) counts nowhere."""
     import random
 
-    outcomes = load_module("vllm-common/vllm/ds4x/depth_outcomes.py")
+    outcomes = depth_outcomes
     rng = random.Random(steps)
     ids = [f"r{i}" for i in range(5)]
     tables, expected = [[0] * 9 for _ in ids], [[0] * 9 for _ in ids]
@@ -205,7 +204,7 @@ def test_outcome_log_across_draft_changes_and_reordered_batches(seed: int) -> No
     back reordered (a new batch) count as a pass every step would."""
     import random
 
-    outcomes = load_module("vllm-common/vllm/ds4x/depth_outcomes.py")
+    outcomes = depth_outcomes
     rng = random.Random(seed)
     codec = tally.TallyCodec(3)
     tables = {f"r{i}": [0] * codec.outcomes for i in range(4)}
@@ -527,7 +526,7 @@ def test_policy_exposes_the_batch_depth_table() -> None:
 
 def test_groups_follow_each_request_s_phase_and_depth() -> None:
     """The scheduler counts a step by phase from these groups (all but the largest read one by one)."""
-    policy = ById(dd.DepthPolicy(dd.DraftDepthConfig(policy="phase"), 2, dd.PhaseTracker([[1]], [[2]])))
+    policy = ById(dd.DepthPolicy(dd.PhaseDepth(), 2, dd.PhaseTracker([[1]], [[2]])))
     reasoning, answer = policy.add("r", [5, 1], None), policy.add("a", [1, 2], None)
     assert reasoning.slot != answer.slot
     assert policy.policy.groups == {reasoning.slot: {reasoning}, answer.slot: {answer}}

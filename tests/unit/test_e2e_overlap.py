@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from bench import e2e_decode, e2e_overlap
+from bench import e2e_overlap
+from ds4x.core import depth_sim
 
 STEP = {"off": {1: 16.0, 2: 33.0}, "shared": {1: 15.6, 2: 32.5}}
 
@@ -107,7 +108,7 @@ def test_the_model_is_held_to_the_measured_steps(tmp_path: Path, capsys: pytest.
     off, ubatch = run("off"), {**run("shared"), "overlap": "ubatch", "ubatch_tokens": "1"}
     assert e2e_overlap.main([str(write(tmp_path, {"off": off, "ubatch": ubatch}))]) == 0
     lines = capsys.readouterr().out.splitlines()
-    outside = e2e_decode.sim.OUTSIDE_MS
+    outside = depth_sim.OUTSIDE_MS
     split = 2 * (33.0 - 18.0 - outside) + 10.0 + outside
     assert any(line.split() == ["ubatch", "fixed", "0", "2", "0", "32.50", f"{split:.2f}", f"{split / 32.5 - 1:+.1%}"]
                for line in lines)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from bench import e2e_decode
+from ds4x.core import depth_sim as sim
 
 LAYERS, CPU_MS = 4, {1: 2.0, 2: 3.6, 3: 5.0, 4: 6.4, 6: 9.0}  # layer ms by tokens
 REST_MS = [3.0, 3.4, 3.8]  # the rest of a step by verified depth
@@ -173,8 +174,7 @@ def test_adaptive_is_simulated_as_the_engine_started_it(runs: tuple[dict[str, An
 
 
 def test_policies_give_adaptive_its_start() -> None:
-    sim = e2e_decode.sim
-    assert "step_cost" not in sim.policies(2)["adaptive"]
+    assert sim.policies(2)["adaptive"] == {"policy": "adaptive", "min_depth": 0}  # no step_cost: a flat start
     assert sim.policies(2, [1.0, 2.0, 3.0])["adaptive"] == {"policy": "adaptive", "min_depth": 0,
                                                             "step_cost": [1.0, 2.0, 3.0]}
     assert sim.policies(2, [1.0, 2.0, 3.0])["fixed 1"] == sim.policies(2)["fixed 1"]

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ds4x.plan import EXAMPLE, placement_module
+from ds4x.core import moe_placement as mp
+from ds4x.plan import EXAMPLE
 
-mp = placement_module()
 GIB = 1024**3
 CONFIG = json.loads(EXAMPLE.read_text())
 VAR = "LVLLM_GPU_RESIDENT_MOE_LAYERS"

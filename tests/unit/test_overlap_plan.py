@@ -1,17 +1,23 @@
 """CPU-GPU overlap (#20), the pure part: the LVLLM_MOE_OVERLAP switch and the split
 of a uniform decode batch into two micro-batches whose metadata are views.
 
-The module under test is the fork overlay itself, loaded from its file."""
+The module under test is the core's, which the fork overlay ships."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
-from ds4x.overlay import load_module
+from ds4x.core import overlap_plan as op
 
-op = load_module("lvllmds4-x/vllm/ds4x/overlap_plan.py")
+
+def halves(num_reqs: int, q: int) -> tuple[op.MicroBatch, op.MicroBatch]:
+    """split_uniform's two micro-batches, where there must be two."""
+    split = op.split_uniform(num_reqs, q)
+    assert split is not None
+    return split
 
 
 @pytest.mark.parametrize(("value", "level"), [(None, "off"), ("", "off"), ("off", "off"), (" Shared ", "shared"),
@@ -67,7 +73,7 @@ def test_odd_batches_give_the_first_micro_batch_the_extra_request() -> None:
 
 @pytest.mark.parametrize(("num_reqs", "q"), [(n, q) for n in range(2, 9) for q in range(1, 5)])
 def test_micro_batches_cover_the_batch_on_request_boundaries(num_reqs: int, q: int) -> None:
-    a, b = op.split_uniform(num_reqs, q)
+    a, b = halves(num_reqs, q)
     assert (a.tok_start, a.tok_stop, b.tok_start, b.tok_stop) == (0, b.tok_start, a.tok_stop, num_reqs * q)
     assert a.num_tokens == a.num_reqs * q and b.num_tokens == b.num_reqs * q
     assert 0 <= a.num_reqs - b.num_reqs <= 1
@@ -84,7 +90,7 @@ def test_query_start_loc_prefix_is_each_micro_batch_own(num_reqs: int, q: int) -
     """The batch's query_start_loc of a uniform batch is [0, q, 2q, ...]; each micro-batch's
     own (token offsets from its first token) equals a prefix of it, so a view serves."""
     batch = [i * q for i in range(num_reqs + 1)]
-    for micro in op.split_uniform(num_reqs, q):
+    for micro in halves(num_reqs, q):
         start, stop = op.query_start_loc_view(micro, q)
         own = [t - micro.tok_start for t in batch[micro.req_start:micro.req_stop + 1]]
         assert batch[start:stop] == own
@@ -92,11 +98,11 @@ def test_query_start_loc_prefix_is_each_micro_batch_own(num_reqs: int, q: int) -
 
 def test_token_rows_do_not_overlap() -> None:
     """Each micro-batch's token rows (its rows of cpu_decode's shared output too)."""
-    a, b = op.split_uniform(2, 3)
+    a, b = halves(2, 3)
     assert (a.tok_start, a.tok_stop) == (0, 3) and (b.tok_start, b.tok_stop) == (3, 6)
 
 
-SHAPE = {"v2_runner": True, "data_parallel": 1, "pipeline_parallel": 1, "full_decode_graph": True, "num_reqs": 2,
+SHAPE: dict[str, Any] = {"v2_runner": True, "data_parallel": 1, "pipeline_parallel": 1, "full_decode_graph": True, "num_reqs": 2,
          "query_len": 3}
 
 
@@ -118,5 +124,5 @@ def test_by_default_only_depth_0_splits() -> None:
     ("off", {}), ("shared", {}), ("ubatch", {"v2_runner": False}), ("ubatch", {"data_parallel": 2}),
     ("ubatch", {"pipeline_parallel": 2}), ("ubatch", {"full_decode_graph": False}), ("ubatch", {"num_reqs": 1}),
 ])
-def test_every_other_step_runs_whole(level: str, change: dict[str, object]) -> None:
+def test_every_other_step_runs_whole(level: Any, change: dict[str, object]) -> None:
     assert op.plan_split(level, op.StepShape(**{**SHAPE, **change}), max_tokens=3) is None

@@ -132,11 +132,10 @@ def test_plan_and_the_engines_auto_call_one_budget(capsys: pytest.CaptureFixture
     plan = json.loads(capsys.readouterr().out)
     assert plan["resident"] == [0, 1]
     # the engine module imports vllm.ds4x and vllm.logger: the overlay package and a logger stand in
-    from ds4x.overlay import PACKAGE, load_module
-    load_module("lvllmds4-x/vllm/ds4x/moe_placement.py")
+    from ds4x.overlay import load_module, overlay_package
     logger_module = types.ModuleType("vllm.logger")
     logger_module.init_logger = logging.getLogger  # type: ignore[attr-defined]
-    for name, module in (("vllm", types.ModuleType("vllm")), ("vllm.ds4x", sys.modules[PACKAGE]),
+    for name, module in (("vllm", types.ModuleType("vllm")), ("vllm.ds4x", overlay_package()),
                          ("vllm.logger", logger_module)):
         monkeypatch.setitem(sys.modules, name, module)
     residency = load_module("lvllmds4-x/vllm/ds4x/moe_residency.py")

@@ -13,10 +13,17 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="ci/test installs torch; the views are torch tensors")
 
+from ds4x.core import overlap_plan as op  # noqa: E402
 from ds4x.overlay import load_module  # noqa: E402
 
-op = load_module("lvllmds4-x/vllm/ds4x/overlap_plan.py")
 ub = load_module("lvllmds4-x/vllm/ds4x/ubatch_overlap.py")
+
+
+def halves(num_reqs: int, q: int) -> tuple[op.MicroBatch, op.MicroBatch]:
+    """split_uniform's two micro-batches, where there must be two."""
+    split = op.split_uniform(num_reqs, q)
+    assert split is not None
+    return split
 
 
 def same_storage(view: Any, base: Any) -> bool:
@@ -72,7 +79,7 @@ def batch(num_reqs: int, q: int, max_reqs: int = 4) -> tuple[Common, dict[str, A
 @pytest.mark.parametrize(("num_reqs", "q"), [(2, 1), (2, 2), (2, 3), (3, 3), (4, 2)])
 def test_each_micro_batch_is_views_with_its_own_counts(num_reqs: int, q: int) -> None:
     common, buffers = batch(num_reqs, q)
-    for micro in op.split_uniform(num_reqs, q):
+    for micro in halves(num_reqs, q):
         m = ub.micro_batch_metadata(common, micro, q)
         assert (m.num_reqs, m.num_actual_tokens, m.max_query_len, m.max_seq_len) == (
             micro.num_reqs, micro.num_reqs * q, q, 400)
@@ -89,7 +96,7 @@ def test_each_micro_batch_is_views_with_its_own_counts(num_reqs: int, q: int) ->
 def test_a_write_before_replay_shows_through_the_views() -> None:
     """What a replay relies on: the runner rewrites the persistent buffers in place."""
     common, buffers = batch(2, 3)
-    second = ub.micro_batch_metadata(common, op.split_uniform(2, 3)[1], 3)
+    second = ub.micro_batch_metadata(common, halves(2, 3)[1], 3)
     buffers["seq_lens"][1] = 777
     buffers["slots"][3:6] = torch.tensor([5, 6, 7])
     assert second.seq_lens.tolist() == [777]
@@ -98,7 +105,7 @@ def test_a_write_before_replay_shows_through_the_views() -> None:
 
 def test_micro_batch_rows_are_views() -> None:
     hidden = torch.zeros(6, 4)
-    _, b = op.split_uniform(2, 3)
+    _, b = halves(2, 3)
     ub.micro_batch_rows(hidden, b).fill_(1)
     assert hidden[:3].sum() == 0 and hidden[3:].sum() == 12
     assert not same_storage(torch.zeros(3, 4), hidden)
@@ -108,7 +115,7 @@ def test_a_batch_with_prefill_only_fields_is_refused() -> None:
     common, _ = batch(2, 1)
     common.logits_indices_padded = torch.zeros(2)
     with pytest.raises(ValueError, match="logits_indices_padded is set"):
-        ub.micro_batch_metadata(common, op.split_uniform(2, 1)[0], 1)
+        ub.micro_batch_metadata(common, halves(2, 1)[0], 1)
 
 
 @pytest.mark.parametrize(("num_reqs", "real", "q"), [(2, 2, 3), (3, 3, 1), (4, 4, 2), (4, 3, 2), (4, 2, 3)])
@@ -116,7 +123,7 @@ def test_the_second_micro_batch_query_start_is_rebased_in_place(num_reqs: int, r
     """Padded requests (v2 writes num_tokens past the real ones) keep no query in the second
     micro-batch, and the buffer the graph captured is the one rewritten."""
     qsl = torch.tensor([min(i, real) * q for i in range(num_reqs + 1)], dtype=torch.int32)
-    _, second = op.split_uniform(num_reqs, q)
+    _, second = halves(num_reqs, q)
     out = torch.full((8,), -1, dtype=torch.int32)
     view = ub.rebase_query_start(qsl, second, out)
     expect = [max(0, min(i, real) - second.req_start) * q for i in range(second.req_start, num_reqs + 1)]
@@ -125,13 +132,13 @@ def test_the_second_micro_batch_query_start_is_rebased_in_place(num_reqs: int, r
 
 
 def test_a_query_start_buffer_too_small_is_refused() -> None:
-    _, second = op.split_uniform(4, 1)
+    _, second = halves(4, 1)
     with pytest.raises(ValueError, match=r"requests \[2, 4\) do not fit"):
         ub.rebase_query_start(torch.arange(5, dtype=torch.int32), second, torch.zeros(2, dtype=torch.int32))
 
 
 def test_model_inputs_are_cut_to_the_micro_batch() -> None:
-    _, b = op.split_uniform(3, 2)
+    _, b = halves(3, 2)
     inputs = {"input_ids": torch.arange(6), "positions": torch.arange(12).view(2, 6), "inputs_embeds": None}
     cut = ub.micro_batch_inputs(inputs, b)
     assert cut["input_ids"].tolist() == [4, 5] and cut["positions"].tolist() == [[4, 5], [10, 11]]

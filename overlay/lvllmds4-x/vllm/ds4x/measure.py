@@ -36,15 +36,12 @@ if TYPE_CHECKING:
 FORMATS = {"fp4": "mxfp4", "bf16": "bf16"}  # expert dtype of the config -> lk_moe class
 GROUP = 32  # MXFP4: one e8m0 scale per 32 weights along K
 SCALE = 118  # e8m0 exponent of every block: small enough that random weights give finite outputs
-SLOWDOWN = 1.5  # a thread count this much slower than the best is worth a warning
 HELD = 2.2  # peak RAM per layer byte while lk_moe copies the weights in
 BATCHED_TOKENS = 8192  # the engine's max_num_batched_tokens, which sizes lk_moe's prefill groups
 MAX_JSON_BYTES = 16 * 2**20  # far above any config.json or routing statistics; /dev/zero is refused quickly
 MAX_K, MAX_SEQS = 16, 1024  # the token counts timed grow as their product
 MAX_BUDGET_S, MAX_GPU_MS = 86400, 60000  # a day of timing; a minute per step
 MAX_THREADS_PER_CORE = 8  # LK_THREADS above the core count is the trap measured; far above it, a typo
-PREDICT_TOKENS = {"reasoning": 3000, "answer": 800}  # a request's tokens per phase in the predictions
-PREDICT_SEEDS = 10  # simulated runs a prediction averages
 DEFAULT_GPU_MS = 28.5  # the GPU side of DeepSeek-V4-Flash's K=2 step on an RTX 5090 (153.5 - 125.0 ms reported)
 
 
@@ -251,37 +248,6 @@ def run_workers(spec: dict[str, Any], threads: list[int], budget_s: float, pytho
     return runs
 
 
-def thread_warnings(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
-    """The fastest run at one token, and a warning for every much slower one."""
-    def one_token(run: dict[str, Any]) -> float:
-        return float(run["cases"][0]["ms"])
-
-    best = min(runs, key=one_token)
-    warnings = [f"LK_THREADS={run['threads']}: {one_token(run):.2f} ms a layer call, {one_token(run) / one_token(best):.1f}x "
-                f"the {one_token(best):.2f} ms of LK_THREADS={best['threads']}"
-                for run in runs if one_token(run) > SLOWDOWN * one_token(best)]
-    return best, warnings
-
-
-def curve_table(run: dict[str, Any], spec: dict[str, Any], moe_layers: int) -> list[str]:
-    expert_bytes = layer_bytes(spec) / spec["experts"]
-    lines = [f"{'tokens':>6} {'distinct experts':>17} {'ms/layer':>9} {'ms/step':>8} {'GB/s':>6}"]
-    for case in run["cases"]:
-        gbs = case["distinct"] * expert_bytes / (case["ms"] / 1000) / 1e9
-        lines.append(f"{case['tokens']:>6} {case['distinct']:17.1f} {case['ms']:9.2f} {case['ms'] * moe_layers:8.1f} {gbs:6.1f}")
-    return lines
-
-
-def step_seconds(run: dict[str, Any], k: int, moe_layers: int, rest_ms: list[float], requests: int = 1) -> list[float]:
-    """A step of `requests` requests verifying 1..K+1 tokens each: the measured
-    CPU MoE part for every MoE layer (one call for all the step's tokens), plus
-    the rest of the step (GPU side, drafter, scheduler), one figure for every
-    depth or one per depth: depth_sim's step without overlap."""
-    from . import depth_sim
-
-    return depth_sim.step_seconds(depth_sim.run_curve(run), moe_layers, rest_ms, requests, k, depth_sim.Overlap())
-
-
 def plot(path: Path, runs: list[dict[str, Any]], moe_layers: int) -> None:
     import matplotlib
 
@@ -434,67 +400,6 @@ def layer_to_time(args: argparse.Namespace) -> tuple[dict[str, Any], str, int, i
     return spec, fmt, len(shape.moe_layers), need
 
 
-def step_cost(seconds: list[float]) -> list[float]:
-    """A step's cost by tokens verified, relative to one token: what adaptive starts from."""
-    return [round(s / seconds[0], 4) for s in seconds]
-
-
-def ubatch_advice(run: dict[str, Any], gpu_ms: float, moe_layers: int) -> str:
-    """Whether two micro-batches (LVLLM_MOE_OVERLAP=ubatch) pay on this curve, and up to how many tokens:
-    the GPU part a split can hide is the rest of a step (--gpu-ms) but what runs outside the layers
-    (depth_sim.OUTSIDE_MS; plan --measure --overlap takes another)."""
-    from . import depth_sim
-
-    hidden = depth_sim.hidden_ms(gpu_ms, moe_layers)
-    tokens = depth_sim.ubatch_tokens(depth_sim.run_curve(run), hidden)
-    if tokens == 0:
-        return depth_sim.no_split(hidden)
-    return (f"two micro-batches pay up to {tokens} token(s) each (two calls of n tokens cost less than one of 2n "
-            f"plus a layer's {hidden:.2f} ms GPU part): LVLLM_MOE_OVERLAP=ubatch LVLLM_MOE_UBATCH_TOKENS={tokens}")
-
-
-def step_costs(args: argparse.Namespace, best: dict[str, Any], moe_layers: int) -> dict[str, list[float]]:
-    """adaptive's start: the relative step costs by running requests (1 and --max-num-seqs), as
-    draft_depth.step_cost takes them; the curve's shape changes with the batch."""
-    return {str(n): step_cost(step_seconds(best, args.num_speculative_tokens, moe_layers, args.gpu_ms, n))
-            for n in sorted({1, args.max_num_seqs})}
-
-
-def predict(args: argparse.Namespace, best: dict[str, Any], moe_layers: int) -> dict[int, Any]:
-    """depth_sim's tok/s per policy on the measured curve, for one request and --max-num-seqs."""
-    from . import depth_sim
-
-    acceptance = {"reasoning": args.acceptance[0], "answer": args.acceptance[1]}
-    prior = step_costs(args, best, moe_layers)
-    predicted = {}
-    for requests in sorted({1, args.max_num_seqs}):
-        costs = step_seconds(best, args.num_speculative_tokens, moe_layers, args.gpu_ms, requests)
-        predicted[requests] = depth_sim.compare(costs, acceptance, PREDICT_TOKENS, seeds=PREDICT_SEEDS,
-                                                requests=requests, step_cost=prior)  # as the profile starts it
-        print(f"\npredicted, {requests} running request(s), the rest of a step {' / '.join(map(str, args.gpu_ms))} "
-              f"ms, acceptance {acceptance['reasoning']:.0%} reasoning / {acceptance['answer']:.0%} answer:")
-        print("\n".join(depth_sim.table(predicted[requests])))
-    return predicted
-
-
-def write_profile(args: argparse.Namespace, best: dict[str, Any], runs: list[dict[str, Any]], fmt: str,
-                  moe_layers: int, predicted: dict[int, Any]) -> None:
-    """ds4x-step-cost.json: the draft_depth object adaptive starts from, and what was measured."""
-    k = args.num_speculative_tokens
-    seconds = step_seconds(best, k, moe_layers, args.gpu_ms)
-    draft_depth = {"policy": "adaptive", "step_cost": step_costs(args, best, moe_layers)}
-    profile = {"draft_depth": draft_depth,
-               "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
-                            "step_seconds": seconds, "gpu_ms": args.gpu_ms,
-                            "acceptance": {"reasoning": args.acceptance[0], "answer": args.acceptance[1]},
-                            "runs": runs, "predicted_tok_s": predicted[1],
-                            "predicted_tok_s_by_requests": {str(n): r for n, r in predicted.items()}}}
-    args.profile_out.write_text(json.dumps(profile, indent=2) + "\n")
-    print(f"\nprofile: {args.profile_out}; start adaptive from it with\n  --speculative-config "
-          f"'{json.dumps({'method': 'dspark', 'num_speculative_tokens': k, 'draft_depth': draft_depth})}'\n"
-          f"  and LK_THREADS={best['threads']}")
-
-
 def main(args: argparse.Namespace) -> int:
     check(args)
     spec, fmt, moe_layers, need = layer_to_time(args)
@@ -508,16 +413,25 @@ def main(args: argparse.Namespace) -> int:
     free = available_ram()
     runs = run_workers(spec, threads, args.budget, args.python, min(1 << 30, (free or 1 << 32) // 4))
     print(f"RAM read bandwidth (numpy, {os.cpu_count()} threads): {runs[0]['ram_gbs']:.1f} GB/s")
-    best, warnings = thread_warnings(runs)
+    from . import measure_analysis as analysis
+
+    best, warnings = analysis.thread_warnings(runs)
     for run in runs:
         print(f"LK_THREADS={run['threads']}: {run['cases'][0]['ms']:.2f} ms a layer call at 1 token ({run['path']})")
     for warning in warnings:
         print(f"warning: {warning}; leave cores free (LK_THREADS={best['threads']})")
     print(f"\ncurve at LK_THREADS={best['threads']} ({best['path']}):")
-    print("\n".join(curve_table(best, spec, moe_layers)))
+    print("\n".join(analysis.curve_table(best, layer_bytes(spec) / spec["experts"], moe_layers)))
     if args.max_num_seqs > 1:  # one request never splits
-        print(ubatch_advice(best, args.gpu_ms[0], moe_layers))
-    write_profile(args, best, runs, fmt, moe_layers, predict(args, best, moe_layers))
+        print(analysis.ubatch_advice(best, args.gpu_ms[0], moe_layers))
+    k, shape = args.num_speculative_tokens, (moe_layers, args.gpu_ms, args.max_num_seqs)
+    predicted, lines = analysis.predict(best, k, *shape, args.acceptance)
+    print("\n".join(lines))
+    profile = analysis.profile(best, runs, fmt, k, *shape, args.acceptance, predicted)
+    args.profile_out.write_text(json.dumps(profile, indent=2) + "\n")
+    spec_config = {"method": "dspark", "num_speculative_tokens": k, "draft_depth": profile["draft_depth"]}
+    print(f"\nprofile: {args.profile_out}; start adaptive from it with\n  --speculative-config "
+          f"'{json.dumps(spec_config)}'\n  and LK_THREADS={best['threads']}")
     if args.plot:
         plot(args.plot, runs, moe_layers)
         print(f"plot: {args.plot}")

@@ -99,6 +99,17 @@ def cpu_decode(runner: Any, hidden_states: torch.Tensor, topk_weights: torch.Ten
     return out
 
 
+TOKEN_OFFSET = "ds4x_token_offset"  # a micro-batch's first token row, in its ForwardContext (set by ubatch_split)
+
+
+def token_offset() -> int:
+    """The current micro-batch's first token row in the step (0 outside a split)."""
+    from vllm import forward_context
+
+    ctx = forward_context._forward_context
+    return 0 if ctx is None else int(ctx.additional_kwargs.get(TOKEN_OFFSET, 0))
+
+
 def _cpu_decode_split(runner: Any, hidden_states: torch.Tensor, topk_weights: torch.Tensor,
                       topk_ids: torch.Tensor, shared_input: torch.Tensor | None) -> torch.Tensor:
     """One micro-batch's cpu_decode: queued on the side stream after this
@@ -106,7 +117,6 @@ def _cpu_decode_split(runner: Any, hidden_states: torch.Tensor, topk_weights: to
     step); then the thread yields, so the other micro-batch queues its GPU
     work on the main stream before this one waits for the CPU's result and
     converts it there."""
-    from vllm.ds4x.ubatch_split import token_offset
     from vllm.v1.worker.ubatching import dbo_yield
 
     shared = runner.shared_experts

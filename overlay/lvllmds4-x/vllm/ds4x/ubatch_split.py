@@ -33,7 +33,8 @@ from vllm.logger import init_logger
 
 logger = init_logger(__name__)
 
-TOKEN_OFFSET = "ds4x_token_offset"  # a micro-batch's first token row, in its ForwardContext
+TOKEN_OFFSET = moe_overlap.TOKEN_OFFSET
+token_offset = moe_overlap.token_offset  # the patched DeepSeek-V4 model reads it here
 _query_start: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # device type -> (device, cpu) buffers
 
 
@@ -167,12 +168,6 @@ def refresh(vllm_config: Any, desc: Any, model_state: Any, *args: Any) -> None:
     parts = parts_for(vllm_config, desc)
     if parts is not None:
         _prepare_parts(parts, model_state, *args)
-
-
-def token_offset() -> int:
-    """The current micro-batch's first token row in the step (0 outside a split)."""
-    ctx = forward_context._forward_context
-    return 0 if ctx is None else int(ctx.additional_kwargs.get(TOKEN_OFFSET, 0))
 
 
 def forward(model: Any, model_inputs: dict[str, Any], split: SplitStep | None) -> Any:

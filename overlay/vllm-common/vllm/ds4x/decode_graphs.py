@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from itertools import product
 from typing import Any, Generic, Protocol, TypeVar
 
-from vllm.ds4x.draft_depth import DraftDepthConfig
+from vllm.ds4x.draft_depth import configured_draft_depth
 from vllm.logger import init_logger
 
 logger = init_logger(__name__)
@@ -43,7 +43,7 @@ def decode_query_lens(vllm_config: Any, decode_query_len: int) -> list[int] | No
     k_max = spec.num_speculative_tokens if spec is not None else 0
     if not k_max or getattr(spec, "draft_depth", None) is None:
         return None
-    depths = DraftDepthConfig.from_dict(spec.draft_depth, k_max).verify_depths(k_max)
+    depths = configured_draft_depth(spec.draft_depth, k_max).verify_depths(k_max)
     if depths == (k_max,):
         return None
     if vllm_config.parallel_config.data_parallel_size > 1 or getattr(

@@ -9,17 +9,21 @@ so it keeps a full CUDA graph. KV lookahead stays reserved for K_max.
 """
 
 import time
+from collections.abc import Iterable, Mapping
 from itertools import chain
-from typing import Any
+from typing import Any, TypeAlias
 
 from vllm.ds4x.depth_estimates import StepCosts
-from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig, PhaseTracker, RequestState
+from vllm.ds4x.draft_depth import DepthPolicy, FixedDepth, PhaseTracker, RequestState, configured_draft_depth
+from vllm.ds4x.scheduler_seams import RequestView, RunnerOutputView, SchedulerOutputView
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
 from vllm.v1.request import RequestStatus
 from vllm.v1.spec_decode.metrics import SpecDecodingStats
 
 logger = init_logger(__name__)
+StepStats: TypeAlias = "SpecDecodingStats | None"
+"""a step's spec-decode stats; None when vLLM does not log them or nothing was verified"""
 
 
 THINKING = {"thinking": True, "enable_thinking": True}  # chat kwargs that turn a parser's markers on
@@ -61,9 +65,7 @@ class DraftDepthScheduling:
     step and decides at its end for the requests due then, not for each."""
 
     def __init__(self, policy: DepthPolicy) -> None:
-        self.policy = policy
-        self.strategy = policy.strategy
-        self.codec = policy.codec
+        self.policy, self.strategy, self._tally = policy, policy.strategy, StepTally(policy)
         self._markers = policy.tracker.last_tokens if policy.tracker else frozenset()
         # fixed without graph_depths: every batch verifies K_max, nothing to cut
         self._cuts = any(d < policy.k_max for d in policy.batch_depth)
@@ -84,21 +86,21 @@ class DraftDepthScheduling:
         k_max = vllm_config.num_speculative_tokens if spec is not None else 0
         if not k_max:
             return None
-        config = DraftDepthConfig.from_dict(getattr(spec, "draft_depth", None), k_max)
+        config = configured_draft_depth(getattr(spec, "draft_depth", None), k_max)
         tracker = phase_tracker(vllm_config)
-        if config.policy == "fixed" and tracker is None:
+        if isinstance(config, FixedDepth) and tracker is None:
             return None
         logger.info("ds4x draft depth: policy %s, K_max %d, phase tracking %s",
                     config.policy, k_max, "on" if tracker else "off")
         lag = 2 if vllm_config.scheduler_config.async_scheduling else 1
         return cls(DepthPolicy(config, k_max, tracker, lag))
 
-    def add(self, request: Any) -> None:
+    def add(self, request: RequestView) -> None:
         params = request.sampling_params
         request.ds4x_depth_state = self.policy.add(
             request.request_id, request.prompt_token_ids or [], params.extra_args if params is not None else None)
 
-    def forget(self, request: Any) -> None:
+    def forget(self, request: RequestView) -> None:
         """A request that finished in this step's output is kept until the step
         ends (its last step counts, as in vLLM's stats); an aborted one goes now
         (vLLM skips its output)."""
@@ -110,7 +112,7 @@ class DraftDepthScheduling:
         else:
             self._leaving.append(state)
 
-    def uniform_depth(self, running: Any) -> None:
+    def uniform_depth(self, running: Iterable[RequestView]) -> None:
         """Before scheduling: every decode request in the batch verifies one
         depth, the smallest graph depth at or above the deepest one chosen
         among them, so the batch has one query length and replays its CUDA
@@ -134,7 +136,7 @@ class DraftDepthScheduling:
             if len(drafts) > depth:
                 request.spec_token_ids = drafts[:depth]
 
-    def before_output(self, runner_output: Any) -> None:
+    def before_output(self, runner_output: RunnerOutputView) -> None:
         """vLLM trims a stopping request's sampled tokens in place; what it
         verified is counted on their lengths as sampled. One set test over all
         the step's new tokens, while they are at hand, says whether any may end
@@ -143,8 +145,8 @@ class DraftDepthScheduling:
         self._lengths = list(map(len, sampled))
         self._marked = not self._markers.isdisjoint(chain.from_iterable(sampled))
 
-    def on_step_end(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any],
-                    stats: SpecDecodingStats | None) -> SpecDecodingStats | None:
+    def on_step_end(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
+                    requests: Mapping[str, RequestView], stats: StepStats) -> StepStats:
         """The step's output, after vLLM's own loop over it (`requests`: the
         scheduler's, by id; `stats`: the step's SpecDecodingStats, None when
         not logged or nothing was verified). Returns the step's stats: vLLM's,
@@ -161,8 +163,8 @@ class DraftDepthScheduling:
         self.strategy.step_ended(runner_output.req_id_to_index)
         return stats
 
-    def _count_unverified(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any],
-                          stats: SpecDecodingStats | None) -> SpecDecodingStats | None:
+    def _count_unverified(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
+                          requests: Mapping[str, RequestView], stats: StepStats) -> StepStats:
         """Decode steps of requests that verified nothing (they chose depth 0, or
         the drafter proposed nothing): one token scheduled, no drafts, not a
         new or resumed request, output tokens from before this step, not
@@ -188,14 +190,15 @@ class DraftDepthScheduling:
         stats.ds4x.observe_unverified(count)
         return stats
 
-    def _read_output(self, scheduler_output: Any, runner_output: Any, requests: dict[str, Any], stats: Any) -> None:
+    def _read_output(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
+                     requests: Mapping[str, RequestView], stats: SpecDecodingStats | None) -> None:
         ids, sampled = runner_output.req_ids, runner_output.sampled_token_ids
         spec = scheduler_output.scheduled_spec_decode_tokens
         self._drafted = drafted = uniform_drafts(spec, ids, stats, scheduler_output.num_invalid_spec_tokens)
         if spec:
             self.strategy.learn(ids, spec, self._lengths, drafted)
             if stats is not None:
-                self._tally(scheduler_output, runner_output, stats)
+                self._tally.count(scheduler_output, runner_output, stats, self._lengths)
         if not self._marked:
             return
         markers = self._markers
@@ -203,13 +206,23 @@ class DraftDepthScheduling:
             if not markers.isdisjoint(tokens) and (request := requests.get(request_id)) is not None:  # None: finished
                 self.policy.tokens(request.ds4x_depth_state, tokens, request.all_token_ids)
 
-    def _tally(self, scheduler_output: Any, runner_output: Any, stats: Any) -> None:
+
+class StepTally:
+    """A step's verifications into its stats by phase and chosen depth: vLLM's own
+    totals for the step, less those of every group of requests (same phase and
+    chosen depth) but the largest, read one by one (DepthPolicy.groups)."""
+
+    def __init__(self, policy: DepthPolicy) -> None:
+        self.codec, self.groups, self.states = policy.codec, policy.groups, policy.requests
+
+    def count(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
+              stats: SpecDecodingStats, lengths: list[int]) -> None:
         """The step's verifications into its stats by phase and chosen depth:
         vLLM's own totals for the step, less those of every group of requests
         (same phase and chosen depth) but the largest, read one by one. A step
         whose largest group did not verify one depth throughout (n-gram drafted
         fewer), or had drafts the grammar refused, is read request by request."""
-        spec, groups = scheduler_output.scheduled_spec_decode_tokens, self.policy.groups
+        spec, groups = scheduler_output.scheduled_spec_decode_tokens, self.groups
         if not groups:  # every request aborted while the step ran
             return
         # drafts, accepted tokens, and drafts that reached each position: vLLM's, less all groups' but the largest
@@ -217,7 +230,7 @@ class DraftDepthScheduling:
         others: dict[int, int] = {}
         if len(groups) > 1:
             largest = max(groups, key=lambda slot: len(groups[slot]))
-            others = self._others(groups, largest, spec, runner_output.req_id_to_index)
+            others = self._others(groups, largest, spec, runner_output.req_id_to_index, lengths)
             reached = list(reached)
             for _, _, drafted, count, accepted_all in self.codec.tallies(others):
                 drafts, accepted = drafts - count, accepted - accepted_all
@@ -227,7 +240,7 @@ class DraftDepthScheduling:
             (largest,) = groups
         depth = even_depth(reached, drafts)
         if scheduler_output.num_invalid_spec_tokens or depth is None:
-            return self._tally_each(runner_output.req_ids, spec, stats)  # the largest group drafted unevenly
+            return self._each(runner_output.req_ids, spec, stats, lengths)  # the largest group drafted unevenly
         if stats.ds4x is None:
             stats.ds4x = DepthStats()
         if others:
@@ -237,10 +250,10 @@ class DraftDepthScheduling:
             stats.ds4x.observe(phase, chosen, depth, drafts, accepted)
 
     def _others(self, groups: dict[int, set[RequestState]], largest: int, spec: dict[str, list[int]],
-                index: dict[str, int]) -> dict[int, int]:
+                index: dict[str, int], lengths: list[int]) -> dict[int, int]:
         """The tallies of every group but the largest, read request by request."""
         counts: dict[int, int] = {}
-        lengths, sampled_base, drafts_of, index_of = self._lengths, self.codec.sampled_base, spec.get, index.get
+        sampled_base, drafts_of, index_of = self.codec.sampled_base, spec.get, index.get
         for slot, group in groups.items():
             if slot != largest:
                 for state in group:
@@ -250,23 +263,25 @@ class DraftDepthScheduling:
                         counts[code] = counts.get(code, 0) + 1
         return counts
 
-    def _tally_each(self, ids: list[str], spec: dict[str, list[int]], stats: Any) -> None:
+    def _each(self, ids: list[str], spec: dict[str, list[int]], stats: SpecDecodingStats, lengths: list[int]) -> None:
         """Read request by request: the step's counts by phase and chosen depth."""
         counts = [0] * self.codec.size
         sampled_base = self.codec.sampled_base
-        for state, drafts, length in zip(map(self._states.get, ids), map(spec.get, ids), self._lengths):
+        for state, drafts, length in zip(map(self.states.get, ids), map(spec.get, ids), lengths):
             if drafts and length and state is not None:  # None: aborted while it ran
                 counts[state.slot + sampled_base(len(drafts)) + length] += 1
         self._observe(stats, counts)
 
-    def _observe(self, stats: Any, counts: list[int] | dict[int, int]) -> None:
+    def _observe(self, stats: SpecDecodingStats, counts: list[int] | dict[int, int]) -> None:
         if stats.ds4x is None:
             stats.ds4x = DepthStats()
         for phase, chosen, drafted, count, accepted in self.codec.tallies(counts):
             stats.ds4x.observe(phase, chosen, drafted, count, accepted)
 
 
-def uniform_drafts(spec: dict[str, list[int]], ids: list[str], stats: Any, refused: Any) -> int | None:
+
+def uniform_drafts(spec: dict[str, list[int]], ids: list[str], stats: SpecDecodingStats | None,
+                   refused: dict[str, int] | None) -> int | None:
     """d when every request of the step verified d >= 1 drafts, else None: from
     vLLM's drafts per position when its stats counted every drafted request (all
     reached position d - 1, none position d) and none was refused by the grammar
@@ -287,7 +302,7 @@ def even_depth(reached: list[int], drafts: int) -> int | None:
     return depth if drafts >= 0 and reached == [drafts] * depth + [0] * (len(reached) - depth) else None
 
 
-def _untimed(scheduler_output: Any, drafted: int | None) -> None:
+def _untimed(scheduler_output: SchedulerOutputView, drafted: int | None) -> None:
     """A strategy that decides on no step costs: nothing to time."""
 
 
@@ -302,7 +317,7 @@ class StepTimer:
         self._previous = 0  # requests in the last step
         self._step_end: float | None = None
 
-    def time(self, scheduler_output: Any, drafted: int | None) -> None:
+    def time(self, scheduler_output: SchedulerOutputView, drafted: int | None) -> None:
         """`drafted`: d when every request of the step verified d drafts (then each
         was scheduled 1 + d tokens, unless it was no decode: checked on the total)."""
         now = time.perf_counter()

@@ -27,9 +27,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from . import draft_depth as dd
+from .named_policies import StepCostGiven, named_policies
 
-StepCost = Sequence[float] | Mapping[str, Sequence[float]]
-"""draft_depth.step_cost as given: relative step costs, or such lists by running requests"""
+StepCost = StepCostGiven
 
 PHASES = ("reasoning", "answer")
 THINK, END_THINK, TEXT = 1, 2, 5
@@ -46,19 +46,8 @@ def conditional(acceptance: float, k: int) -> float:
 
 
 def policies(k: int, step_cost: StepCost | None = None) -> dict[str, dict[str, Any] | None]:
-    """fixed 0..K, phase 1/K and 0/K, adaptive: the draft_depth objects; adaptive
-    starts from `step_cost` when given (the relative step costs of a `measure`
-    profile, as `plan --measure --launch` gives it to the engine: one list, or
-    lists by running requests)."""
-    named: dict[str, dict[str, Any] | None] = {
-        f"fixed {d}": {"policy": "phase", "reasoning_depth": d, "answer_depth": d} for d in range(k)
-    }
-    named[f"fixed {k}"] = None
-    named[f"phase 1/{k}"] = {"policy": "phase", "reasoning_depth": 1, "answer_depth": k}
-    named[f"phase 0/{k}"] = {"policy": "phase", "reasoning_depth": 0, "answer_depth": k}
-    start = {} if step_cost is None else {"step_cost": step_cost}
-    named["adaptive"] = {"policy": "adaptive", "min_depth": 0, **start}
-    return named
+    """The draft_depth objects of the named policies (named_policies), by name."""
+    return {name: policy.draft_depth for name, policy in named_policies(k, step_cost).items()}
 
 
 def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], acceptance: dict[str, float],
@@ -69,7 +58,7 @@ def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], accep
     that batch verifying 1 + d tokens a request (d = 0..K). A phase ends when its
     requests made tokens[phase] each."""
     k = len(costs) - 1
-    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict(policy_config, k), k,
+    policy = dd.DepthPolicy(dd.parse_draft_depth(policy_config, k), k,
                             dd.PhaseTracker([[THINK]], [[END_THINK]]))
     names = [f"req{i}" for i in range(requests)]
     prompt = [TEXT, THINK] if phases[0] == "reasoning" else [TEXT, THINK, END_THINK]

@@ -13,30 +13,29 @@ estimate only when it next decides.
 from __future__ import annotations
 
 from collections.abc import Container, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from .depth_clock import DecisionClock
+from .depth_config import AdaptiveDepth
 from .depth_estimates import SeedAcceptance, StepCosts, best_depth
 from .depth_outcomes import MAX_SAMPLED, OutcomeLog
 from .depth_request import RequestState, SetDepth
 from .depth_tally import TallyCodec
 
-if TYPE_CHECKING:
-    from .draft_depth import DraftDepthConfig
-
 
 class Adaptive:
     """One per scheduler; the requests' own estimates hang on their RequestState."""
 
-    def __init__(self, config: DraftDepthConfig, k_max: int, *, batch_depth: Sequence[int], set_depth: SetDepth,
-                 requests: Mapping[str, RequestState], costs: StepCosts, seeds: SeedAcceptance, lag: int) -> None:
+    def __init__(self, config: AdaptiveDepth, k_max: int, *, batch_depth: Sequence[int], set_depth: SetDepth,
+                 requests: Mapping[str, RequestState], costs: StepCosts, lag: int) -> None:
         """lag: steps from a decision to the first step it schedules (2 under
         async scheduling: vLLM schedules a step before it reads the last one)."""
         self.hysteresis, self.lag = config.hysteresis, lag
         self.codec = TallyCodec(k_max)
         # it chooses among depths a batch really verifies (each has its graph)
         self.choices = [d for d in range(config.min_depth, k_max + 1) if batch_depth[d] == d]
-        self.set_depth, self.requests, self.costs, self.seeds = set_depth, requests, costs, seeds
+        self.set_depth, self.requests, self.costs = set_depth, requests, costs
+        # the engine-wide acceptance that starts new requests
+        self.seeds = SeedAcceptance(config.prior_acceptance, k_max, config.smoothing)
         self.step_costs: StepCosts | None = costs  # timed live by the scheduler
         self.clock = DecisionClock(config.hold_steps, config.explore_steps, config.probe_interval)
         # the latest batch (its ids in order): a step like the one before (same ids, no

@@ -11,12 +11,12 @@ from collections.abc import Container, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from .depth_adaptive import Adaptive
+from .depth_config import AdaptiveDepth, DraftDepthConfig, PhaseDepth
 from .depth_request import RequestState, SetDepth
 from .phase_tracker import ANSWER, REASONING
 
 if TYPE_CHECKING:
-    from .depth_estimates import SeedAcceptance, StepCosts
-    from .draft_depth import DraftDepthConfig
+    from .depth_estimates import StepCosts
 
 
 class DepthStrategy(Protocol):
@@ -75,12 +75,11 @@ class Fixed(Phase):
 
 
 def make_strategy(config: DraftDepthConfig, k_max: int, *, batch_depth: Sequence[int], set_depth: SetDepth,
-                  requests: Mapping[str, RequestState], costs: StepCosts, seeds: SeedAcceptance,
-                  lag: int) -> DepthStrategy:
-    """The strategy of `config.policy` (the one place that asks which it is)."""
-    if config.policy == "adaptive":
+                  requests: Mapping[str, RequestState], costs: StepCosts, lag: int) -> DepthStrategy:
+    """The strategy of the config's policy (the one place that asks which it is)."""
+    if isinstance(config, AdaptiveDepth):
         return Adaptive(config, k_max, batch_depth=batch_depth, set_depth=set_depth, requests=requests,
-                        costs=costs, seeds=seeds, lag=lag)
-    if config.policy == "phase":
+                        costs=costs, lag=lag)
+    if isinstance(config, PhaseDepth):
         return Phase(config.phase_depths(k_max), set_depth)
     return Fixed(k_max, set_depth)

@@ -1,0 +1,106 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""measure's analysis half, pure: a timed lk_moe curve into warnings, tables, step costs, predictions and the profile.
+
+The fork's ``vllm.ds4x.measure`` times lk_moe (its command line and worker
+processes) and hands the runs here; ``plan --measure`` and the tests read
+the same arithmetic by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import depth_sim
+
+SLOWDOWN = 1.5  # a thread count this much slower than the best is worth a warning
+PREDICT_TOKENS = {"reasoning": 3000, "answer": 800}  # a request's tokens per phase in the predictions
+PREDICT_SEEDS = 10  # simulated runs a prediction averages
+Run = dict[str, Any]
+"""one LK_THREADS setting's timings, as measure's worker writes them"""
+
+
+def thread_warnings(runs: list[Run]) -> tuple[Run, list[str]]:
+    """The fastest run at one token, and a warning for every much slower one."""
+    def one_token(run: Run) -> float:
+        return float(run["cases"][0]["ms"])
+
+    best = min(runs, key=one_token)
+    warnings = [f"LK_THREADS={run['threads']}: {one_token(run):.2f} ms a layer call, {one_token(run) / one_token(best):.1f}x "
+                f"the {one_token(best):.2f} ms of LK_THREADS={best['threads']}"
+                for run in runs if one_token(run) > SLOWDOWN * one_token(best)]
+    return best, warnings
+
+
+def curve_table(run: Run, expert_bytes: float, moe_layers: int) -> list[str]:
+    """The curve by tokens: distinct experts, ms a layer and a step, effective GB/s."""
+    lines = [f"{'tokens':>6} {'distinct experts':>17} {'ms/layer':>9} {'ms/step':>8} {'GB/s':>6}"]
+    for case in run["cases"]:
+        gbs = case["distinct"] * expert_bytes / (case["ms"] / 1000) / 1e9
+        lines.append(f"{case['tokens']:>6} {case['distinct']:17.1f} {case['ms']:9.2f} {case['ms'] * moe_layers:8.1f} {gbs:6.1f}")
+    return lines
+
+
+def step_seconds(run: Run, k: int, moe_layers: int, rest_ms: Sequence[float], requests: int = 1) -> list[float]:
+    """A step of `requests` requests verifying 1..K+1 tokens each: the measured
+    CPU MoE part for every MoE layer (one call for all the step's tokens), plus
+    the rest of the step (GPU side, drafter, scheduler), one figure for every
+    depth or one per depth: depth_sim's step without overlap."""
+    return depth_sim.step_seconds(depth_sim.run_curve(run), moe_layers, list(rest_ms), requests, k, depth_sim.Overlap())
+
+
+def step_cost(seconds: list[float]) -> list[float]:
+    """A step's cost by tokens verified, relative to one token: what adaptive starts from."""
+    return [round(s / seconds[0], 4) for s in seconds]
+
+
+def ubatch_advice(run: Run, gpu_ms: float, moe_layers: int) -> str:
+    """Whether two micro-batches (LVLLM_MOE_OVERLAP=ubatch) pay on this curve, and up to how many tokens:
+    the GPU part a split can hide is the rest of a step (--gpu-ms) but what runs outside the layers
+    (depth_sim.OUTSIDE_MS; plan --measure --overlap takes another)."""
+    hidden = depth_sim.hidden_ms(gpu_ms, moe_layers)
+    tokens = depth_sim.ubatch_tokens(depth_sim.run_curve(run), hidden)
+    if tokens == 0:
+        return depth_sim.no_split(hidden)
+    return (f"two micro-batches pay up to {tokens} token(s) each (two calls of n tokens cost less than one of 2n "
+            f"plus a layer's {hidden:.2f} ms GPU part): LVLLM_MOE_OVERLAP=ubatch LVLLM_MOE_UBATCH_TOKENS={tokens}")
+
+
+def batch_sizes(max_num_seqs: int) -> list[int]:
+    """The running requests measure predicts and prices: one, and --max-num-seqs."""
+    return sorted({1, max_num_seqs})
+
+
+def step_costs(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_seqs: int) -> dict[str, list[float]]:
+    """adaptive's start: the relative step costs by running requests (1 and --max-num-seqs), as
+    draft_depth.step_cost takes them; the curve's shape changes with the batch."""
+    return {str(n): step_cost(step_seconds(best, k, moe_layers, gpu_ms, n)) for n in batch_sizes(max_num_seqs)}
+
+
+def predict(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_seqs: int,
+            acceptance: Sequence[float]) -> tuple[dict[int, Any], list[str]]:
+    """depth_sim's tok/s per policy on the measured curve, for one request and --max-num-seqs
+    (`acceptance`: reasoning, answer at depth K), and the lines that print them."""
+    rates = {"reasoning": acceptance[0], "answer": acceptance[1]}
+    prior = step_costs(best, k, moe_layers, gpu_ms, max_num_seqs)
+    predicted, lines = {}, []
+    for requests in batch_sizes(max_num_seqs):
+        costs = step_seconds(best, k, moe_layers, gpu_ms, requests)
+        predicted[requests] = depth_sim.compare(costs, rates, PREDICT_TOKENS, seeds=PREDICT_SEEDS,
+                                                requests=requests, step_cost=prior)  # as the profile starts it
+        lines += ["", f"predicted, {requests} running request(s), the rest of a step {' / '.join(map(str, gpu_ms))} "
+                      f"ms, acceptance {rates['reasoning']:.0%} reasoning / {rates['answer']:.0%} answer:",
+                  *depth_sim.table(predicted[requests])]
+    return predicted, lines
+
+
+def profile(best: Run, runs: list[Run], fmt: str, k: int, moe_layers: int, gpu_ms: Sequence[float],
+            max_num_seqs: int, acceptance: Sequence[float], predicted: dict[int, Any]) -> dict[str, Any]:
+    """ds4x-step-cost.json: the draft_depth object adaptive starts from, and what was measured."""
+    return {"draft_depth": {"policy": "adaptive", "step_cost": step_costs(best, k, moe_layers, gpu_ms, max_num_seqs)},
+            "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
+                         "step_seconds": step_seconds(best, k, moe_layers, gpu_ms), "gpu_ms": gpu_ms,
+                         "acceptance": {"reasoning": acceptance[0], "answer": acceptance[1]},
+                         "runs": runs, "predicted_tok_s": predicted[1],
+                         "predicted_tok_s_by_requests": {str(n): r for n, r in predicted.items()}}}

@@ -1,0 +1,78 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""The named draft-depth policies the project runs, in one table, with every spelling and what each verifies.
+
+Each entry has its report name ("fixed 1", "phase 1/2", "adaptive": the
+simulator, the benchmarks, their committed results), its GPU-harness case name
+where the harness runs it ("fixed", "phase12": ci/fork-gpu's cases and
+report), and its draft_depth object (None: no object, vLLM's fixed K). The
+engine checks, the harness, the benchmarks, ``plan --launch`` and the
+simulator take their policy lists from here; the depths each verifies and
+has graphs for come from its parsed config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .depth_config import parse_draft_depth
+from .phase_tracker import PHASES
+
+StepCostGiven = Sequence[float] | Mapping[str, Sequence[float]]
+"""draft_depth.step_cost as given: relative step costs, or such lists by running requests"""
+
+
+@dataclass(frozen=True, kw_only=True)
+class NamedPolicy:
+    name: str
+    """as the reports print it: "fixed 1", "phase 0/2", "adaptive" """
+    case: str | None
+    """the GPU harness's case name ("fixed", "phase12"), None where the harness does not run it"""
+    draft_depth: dict[str, Any] | None
+    """the draft_depth object of --speculative-config; None: none (vLLM's fixed K)"""
+
+    @property
+    def engine_name(self) -> str:
+        """The engine checks' name: the case's for vLLM's own fixed K, else the report's."""
+        return "fixed" if self.draft_depth is None else self.name
+
+    def graph_depths(self, k_max: int) -> tuple[int, ...]:
+        """The depths it captures decode graphs for, ascending."""
+        return parse_draft_depth(self.draft_depth, k_max).verify_depths(k_max)
+
+    def verified_depths(self, k_max: int) -> frozenset[int] | None:
+        """The depths its phase-pure decode batches verify (a mixed batch verifies
+        the deeper one); None: each request's own choice (adaptive)."""
+        config = parse_draft_depth(self.draft_depth, k_max)
+        chosen = [config.phase_depth(phase, k_max) for phase in PHASES]
+        depths = config.verify_depths(k_max)
+        return None if None in chosen else frozenset(min(d for d in depths if d >= c) for c in chosen if c is not None)
+
+
+def named_policies(k: int, step_cost: StepCostGiven | None = None) -> dict[str, NamedPolicy]:
+    """By report name: fixed 0..K (below K a phase policy at one depth), phase 1/K and 0/K,
+    adaptive from depth 0 (starting from `step_cost` when given: the relative step costs of
+    a `measure` profile, as `plan --measure --launch` gives it to the engine)."""
+    table = [NamedPolicy(name=f"fixed {d}", case=None, draft_depth={"policy": "phase", "reasoning_depth": d,
+                                                                    "answer_depth": d}) for d in range(k)]
+    table.append(NamedPolicy(name=f"fixed {k}", case="fixed", draft_depth=None))
+    table += [NamedPolicy(name=f"phase {r}/{k}", case=f"phase{r}{k}",
+                          draft_depth={"policy": "phase", "reasoning_depth": r, "answer_depth": k}) for r in (1, 0)]
+    start = {} if step_cost is None else {"step_cost": step_cost}
+    table.append(NamedPolicy(name="adaptive", case="adaptive", draft_depth={"policy": "adaptive", "min_depth": 0, **start}))
+    return {policy.name: policy for policy in table}
+
+
+def harness_policies(k: int) -> dict[str, NamedPolicy]:
+    """Those the GPU harness and the engine checks run, by case name."""
+    return {p.case: p for p in named_policies(k).values() if p.case is not None}
+
+
+def by_case(case: str, k: int) -> NamedPolicy:
+    """The policy of a harness case name; raises KeyError naming the known ones."""
+    known = harness_policies(k)
+    if case not in known:
+        raise KeyError(f"policy {case!r}: expected one of {', '.join(known)}")
+    return known[case]

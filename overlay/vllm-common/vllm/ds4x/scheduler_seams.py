@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""What the scheduler hooks read of vLLM's objects, as Protocols: the few attributes, typed, so mypy checks the seam.
+
+vLLM's Request, SchedulerOutput and ModelRunnerOutput have these (and much
+more); the hooks in vllm.ds4x.spec_scheduling name nothing else of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from .depth_request import RequestState
+
+
+class SamplingParamsView(Protocol):
+    @property
+    def extra_args(self) -> dict[str, Any] | None: ...
+
+
+class RequestView(Protocol):
+    """vllm.v1.request.Request, with the draft-depth state the hooks hang on it."""
+
+    spec_token_ids: list[int]
+    ds4x_depth_state: RequestState
+
+    @property
+    def request_id(self) -> str: ...
+    @property
+    def prompt_token_ids(self) -> list[int] | None: ...
+    @property
+    def sampling_params(self) -> SamplingParamsView | None: ...
+    @property
+    def status(self) -> object: ...
+    @property
+    def num_output_tokens(self) -> int: ...
+    @property
+    def all_token_ids(self) -> Sequence[int]: ...
+
+
+class NewRequestView(Protocol):
+    @property
+    def req_id(self) -> str: ...
+
+
+class CachedRequestsView(Protocol):
+    @property
+    def resumed_req_ids(self) -> set[str]: ...
+
+
+class SchedulerOutputView(Protocol):
+    """vllm.v1.core.sched.output.SchedulerOutput."""
+
+    @property
+    def scheduled_spec_decode_tokens(self) -> dict[str, list[int]]: ...
+    @property
+    def num_scheduled_tokens(self) -> dict[str, int]: ...
+    @property
+    def total_num_scheduled_tokens(self) -> int: ...
+    @property
+    def scheduled_new_reqs(self) -> Sequence[NewRequestView]: ...
+    @property
+    def scheduled_cached_reqs(self) -> CachedRequestsView: ...
+    @property
+    def num_invalid_spec_tokens(self) -> dict[str, int] | None: ...
+
+
+class RunnerOutputView(Protocol):
+    """vllm.v1.outputs.ModelRunnerOutput."""
+
+    @property
+    def req_ids(self) -> list[str]: ...
+    @property
+    def req_id_to_index(self) -> dict[str, int]: ...
+    @property
+    def sampled_token_ids(self) -> list[list[int]]: ...
