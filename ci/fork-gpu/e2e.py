@@ -37,7 +37,7 @@ from pathlib import Path
 
 from drafts import DraftFilter
 from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, VOCAB, install_loader
-from harness import ENGINE, GRAPHS, Counters, spec_metrics
+from harness import DSV4_ENGINE, ENGINE, GRAPHS, Counters, spec_metrics
 
 from ds4x.core.named_policies import named_policies
 
@@ -52,6 +52,7 @@ TAG = os.environ.get("E2E_TAG", "")
 WARMUP = int(os.environ.get("E2E_WARMUP", "1"))  # unrecorded rounds before the first
 NAME = f"{MODE}-{TAG}" if TAG else MODE  # the files' name: e2e-NAME.json, trace-NAME-xN-DEPTH.json.gz
 ENGINE_POLICY = named_policies(K)["adaptive"].draft_depth  # captures graphs for depths 0..K
+DSV4 = os.environ.get("E2E_MODEL") == "dsv4"  # DeepSeek-V4 + DSpark (dsv4_model.py) instead of e2e_model.py's
 
 
 def prompts(tokenizer) -> dict[str, list[list[int]]]:
@@ -69,10 +70,28 @@ def engine_args() -> dict:
     kw = {**ENGINE, **GRAPHS, "model": str(MODELS / "target"), "load_format": "dummy", "max_model_len": 1024,
           "max_num_seqs": max(REQUESTS), "max_num_batched_tokens": 1024, "gpu_memory_utilization": 0.2,
           "reasoning_parser": "deepseek_r1"}
+    if DSV4:  # the user's model class, drafter and settings (harness.DSV4_ENGINE)
+        kw = {**{k: v for k, v in kw.items() if k != "attention_config"}, **DSV4_ENGINE,
+              "max_num_seqs": max(REQUESTS), "reasoning_parser": "deepseek_v4"}
     if MODE == "spec":
-        kw["speculative_config"] = {"method": "eagle", "model": str(MODELS / "eagle"), "num_speculative_tokens": K,
+        kw["speculative_config"] = {"method": "dspark" if DSV4 else "eagle",
+                                    "model": str(MODELS / ("draft" if DSV4 else "eagle")), "num_speculative_tokens": K,
                                     "draft_depth": ENGINE_POLICY}
     return kw
+
+
+def install_model() -> None:
+    """Weights made in the process, and for DeepSeek-V4 its portable path (case.py's)."""
+    if not DSV4:
+        install_loader()
+        return
+    import build_ops
+    import dsv4_model
+    import portable
+
+    portable.install()
+    build_ops.load(Path(os.environ["DS4X_DSV4_OPS"]))
+    dsv4_model.install_loader()
 
 
 class StepLog:
@@ -163,7 +182,7 @@ def main() -> dict:
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
     from vllm.ds4x import depth_sim
 
-    install_loader()
+    install_model()
     counters = Counters(K)
     managers = counters.install()
     drafts = DraftFilter(VOCAB)
