@@ -128,7 +128,7 @@ def _cycle_heads(params: dict[str, torch.nn.Parameter]) -> None:
         head.data.copy_(rows.to(head.dtype))
     w1, w2 = params.get("model.markov_head.markov_w1.weight"), params.get("model.markov_head.markov_w2.weight")
     if w1 is not None and w2 is not None:
-        codes = torch.randn(len(nxt), MARKOV_RANK, generator=_gen("markov"))
+        codes = torch.randn(len(nxt), MARKOV_RANK, generator=_gen("markov"), dtype=torch.float32)
         w1.data.zero_()[: len(nxt)] = codes.to(w1.dtype).to(w1.device)
         rows = torch.zeros(w2.shape, dtype=torch.float32)
         rows[: len(nxt)].index_add_(0, nxt, codes * MARKOV_SCALE)

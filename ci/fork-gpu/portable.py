@@ -11,10 +11,13 @@ replacement is named in `SOURCES` (the report prints it):
 - TileLang's mHC kernels (no tilelang here): the fork's torch reference
   (`kernels/mhc/torch.py`: mhc_pre_torch, mhc_post_torch) and its Triton hc_head
   (`kernels/mhc/triton.py`), RMSNorm fused as the TileLang pre kernel fuses it.
-- Compiled `_C` ops: stubs/_C.py (each names its source).
+- The head-512 compressor's CuTe-DSL kernel (no CuTe DSL here): the fork's Triton kernel.
+- Compiled ops: built from the fork's own CUDA sources (build_ops.py), or stubs/*.py (each names
+  its source: the router's sqrt-softplus top-k is the fork's own torch form).
 """
 
 import os
+import sys
 
 import torch
 
@@ -86,6 +89,27 @@ def mhc_without_tilelang() -> None:
     SOURCES["mHC"] = "stand-in: the fork's torch mhc_pre/mhc_post and Triton hc_head (no tilelang)"
 
 
+CUTEDSL_COMPRESS = "vllm.models.deepseek_v4.nvidia.ops.sparse_attn_compress_cutedsl"
+
+
+def compressor_without_cutedsl() -> None:
+    """The head-512 compressor picks CuTe-DSL wherever fp8 is supported (sm_89 and up, the 5090
+    too) without asking whether it is installed: without it, the fork's own Triton kernel
+    (its Ampere route), which serves the fp8_ds_mla paged cache the harness uses."""
+    import types
+
+    from vllm.models.deepseek_v4.common.ops.fused_compress_quant_cache import compress_norm_rope_store_triton
+
+    def compress_norm_rope_store_cutedsl(*, store_full_kv=False, store_full_fp8=False, fp8_scale=None, **kw):
+        assert not (store_full_kv or store_full_fp8), "the Triton compressor serves only the fp8_ds_mla paged cache"
+        compress_norm_rope_store_triton(**kw)
+
+    module = types.ModuleType(CUTEDSL_COMPRESS)
+    module.compress_norm_rope_store_cutedsl = compress_norm_rope_store_cutedsl
+    sys.modules[CUTEDSL_COMPRESS] = module
+    SOURCES["compressor (head 512)"] = "stand-in: the fork's Triton compress_norm_rope_store (no CuTe DSL)"
+
+
 def install() -> None:
     """The portable path in this process (DS4X_NATIVE_CAPABILITY=1 keeps the device's)."""
     if os.environ.get("DS4X_NATIVE_CAPABILITY") != "1":
@@ -96,3 +120,9 @@ def install() -> None:
         SOURCES["mHC"] = f"TileLang {tilelang.__version__} (the fork's kernels)"
     except ImportError:
         mhc_without_tilelang()
+    try:
+        import cutlass  # noqa: F401  (the CuTe DSL)
+
+        SOURCES["compressor (head 512)"] = "CuTe DSL (the fork's kernel)"
+    except ImportError:
+        compressor_without_cutedsl()

@@ -23,6 +23,18 @@ STUBS = Path(__file__).parent / "stubs"
 NO_FUSION_PASSES = (
     "    except (ImportError, AttributeError):  # ds4x GPU harness: no compiled _C ops\n"
 )
+def no_model_tag(drafter: str) -> tuple[str, str, str]:
+    """A drafter's loader imports set_model_tag through compilation.backends, whose fusion
+    passes read _C ops at import; a no-op with compilation mode NONE."""
+    return (f"v1/worker/gpu/spec_decode/{drafter}/utils.py",
+            "    from vllm.compilation.backends import set_model_tag\n",
+            "    try:\n"
+            "        from vllm.compilation.backends import set_model_tag\n" + NO_FUSION_PASSES +
+            "        import contextlib\n\n"
+            "        def set_model_tag(tag, is_encoder=False):\n"
+            "            return contextlib.nullcontext()\n")
+
+
 EDITS = [
     # vllm_flash_attn raises ImportError without FA2/FA3; TRITON_ATTN is used instead
     ("vllm_flash_attn/__init__.py",
@@ -41,13 +53,7 @@ EDITS = [
      "            return None\n"),
     # EAGLE and DFlash loading import set_model_tag through the same chain; a no-op with
     # compilation mode NONE
-    *((f"v1/worker/gpu/spec_decode/{drafter}/utils.py",
-       "    from vllm.compilation.backends import set_model_tag\n",
-       "    try:\n"
-       "        from vllm.compilation.backends import set_model_tag\n" + NO_FUSION_PASSES +
-       "        import contextlib\n\n"
-       "        def set_model_tag(tag, is_encoder=False):\n"
-       "            return contextlib.nullcontext()\n") for drafter in ("eagle", "dflash")),
+    *(no_model_tag(drafter) for drafter in ("eagle", "dflash")),
 ]
 # Upstream 0.32.0, against the fork: vllm_flash_attn/__init__.py raises the same ImportError
 # (upstream adds compile_flash_attn_varlen_func_from_specs above it); kernel_warmup() opens
@@ -59,6 +65,8 @@ EDITS = [
 # compilation.backends (gemma4, standalone, extract-hidden-states speculators, the
 # attention selector under adaptive verification) are off the harness's path.
 UPSTREAM_EDITS = EDITS
+# DSpark's loader too, for the fork's DeepSeek-V4 cases (the upstream cases run no DSpark)
+FORK_EDITS = [*EDITS, no_model_tag("dspark")]
 
 
 def dist_info(site: Path, name: str, version: str) -> None:
@@ -69,7 +77,7 @@ def dist_info(site: Path, name: str, version: str) -> None:
 
 
 TARGETS = {
-    "lvllmds4-x": {"stubs": sorted(STUBS.glob("*.py")), "edits": EDITS,
+    "lvllmds4-x": {"stubs": sorted(STUBS.glob("*.py")), "edits": FORK_EDITS,
                    "dist": ("lvllmds4-x", "0.23.1.dev0+gb7f99cd.cu130")},
     "vllm": {"stubs": [STUBS / "_C.py", STUBS / "upstream" / "_C_stable_libtorch.py"], "edits": UPSTREAM_EDITS,
              "dist": ("vllm", "0.32.0+cu130")},

@@ -49,7 +49,7 @@ def test_edits_apply_once_and_again_is_a_no_op(tmp_path: Path, target: str) -> N
 
 
 def test_the_fork_keeps_its_stand_ins_and_dist_info(tmp_path: Path) -> None:
-    tree = fake_tree(tmp_path / "tree", P.EDITS)
+    tree = fake_tree(tmp_path / "tree", P.FORK_EDITS)
     P.main(tree, tmp_path / "site")  # the default target
     assert {p.name for p in (tree / "vllm").glob("*.py")} == {
         "_C.py", "_C_stable_libtorch.py", "_moe_C_stable_libtorch.py", "_version.py"}
