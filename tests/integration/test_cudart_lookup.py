@@ -105,12 +105,15 @@ def newest_module(modules: tuple[ModuleType, ModuleType], repo_pins: pins.Pins, 
 
 
 def vllm_lookup(tree: Path) -> ModuleType:
-    """vLLM's own find_loaded_library, compiled alone from the pinned tree
-    (vllm.utils imports the engine; the function needs only `open`)."""
+    """vLLM's own find_loaded_library, compiled alone from the pinned tree with the helper it
+    calls where it has one (0.34.0: find_loaded_libraries); vllm.utils imports the engine, the
+    functions need only `open`."""
     source = (tree / "vllm/utils/system_utils.py").read_text()
-    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "find_loaded_library")
+    names = ("find_loaded_library", "find_loaded_libraries")
+    nodes: list[ast.stmt] = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in names]
+    assert "find_loaded_library" in {n.name for n in nodes if isinstance(n, ast.FunctionDef)}
     module = ModuleType("vllm_system_utils")
-    exec(compile(ast.Module(body=[node], type_ignores=[]), "system_utils.py", "exec"), module.__dict__)
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), "system_utils.py", "exec"), module.__dict__)
     return module
 
 
