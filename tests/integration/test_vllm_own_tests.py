@@ -173,6 +173,18 @@ def runs(own_tests_python: Path, sdist_tests: Path, unpatched_site: Path, vllm_w
     return result
 
 
+def run_trees(python: Path, trees: dict[str, Path], path_after: Path, name: str,
+              tmp_path_factory: pytest.TempPathFactory, **start_args: Any) -> dict[str, Any]:
+    """Each tree's tests at once (one core each on a 2-core machine), the tree first on PYTHONPATH
+    and `path_after` behind it, `start_args` passed to start: {tree: {imported, outcomes, log}}."""
+    started = {}
+    for tree, root in trees.items():
+        work = tmp_path_factory.mktemp(f"{name}-{tree}")
+        started[tree] = (work, *start(python, root, work, f"{root}{os.pathsep}{path_after}",
+                                       TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"), **start_args))
+    return finished(started, name)
+
+
 def finished(started: dict[str, tuple[Path, subprocess.Popen[bytes], dict[str, Any]]],
              what: str) -> dict[str, Any]:
     """Wait for each tree's pytest (started by `start`): {tree: {imported, outcomes, log}}."""
