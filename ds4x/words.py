@@ -127,7 +127,8 @@ def drift_line(drift: newest.Drift) -> str:
     if drift.newest is None:
         return f"{drift.target}: pinned to a git commit; a local mirror (--mirror) shows its newest commit"
     if drift.newest == drift.pinned:
-        return f"{drift.target}: {drift.pinned} is the newest {'release' if drift.released else 'commit'}"
+        with_kernels = f" with a {drift.kernels} wheel" if drift.kernels else ""
+        return f"{drift.target}: {drift.pinned} is the newest {'release' if drift.released else 'commit'}{with_kernels}"
     return f"{drift.target}: pinned {drift.pinned}, newest {drift.newest}: {_drift_status(drift)}"
 
 

@@ -1,7 +1,7 @@
 """The scheduler, CUDA graph and (with --e2e) end-to-end checks of the
 installed (patched) vLLM, in one process: importing vLLM takes minutes on a
 small CI machine. Prints one JSON line: {"scheduler": ..., "graphs": ...,
-"e2e": ... (with --e2e), "vllm": the vllm package it ran}.
+"e2e": ..., "start_both": ... (with --e2e), "vllm": the vllm package it ran}.
 
 Usage (from the checkout root): python -m engine.checks MODEL_DIR [--cpu-platform] [--e2e]
 --cpu-platform: a Python tree put on PYTHONPATH (the patched fork, not
@@ -30,4 +30,5 @@ if __name__ == "__main__":
     out = {"scheduler": scheduler_check.check(model), "graphs": graph_check.check(model)}
     if e2e:
         out["e2e"] = e2e_check.check(model)
+        out["start_both"] = e2e_check.start_both(model)
     print(json.dumps({**out, "vllm": vllm.__file__}))

@@ -67,6 +67,24 @@ def run(model: str, speculative: dict[str, Any] | None) -> tuple[dict[str, list[
     return tokens, metrics
 
 
+def start_both(model: str) -> dict[str, Any]:
+    """An engine asked for draft_depth and vLLM's enable_adaptive_verification together, started as
+    `vllm serve` or LLM() start one: {"error": its type and message}, {"started": True} if it starts,
+    or {"skipped": why} in a vLLM without adaptive verification (the fork)."""
+    from vllm import LLM
+    from vllm.config import SpeculativeConfig
+
+    if not hasattr(SpeculativeConfig, "enable_adaptive_verification"):
+        return {"skipped": "this vLLM has no enable_adaptive_verification"}
+    both = {**NGRAM, "enable_adaptive_verification": True, "draft_depth": POLICIES["phase 1/2"]}
+    try:
+        LLM(model=model, dtype="bfloat16", max_model_len=512, enforce_eager=True, kv_cache_memory_bytes=256 << 20,
+            speculative_config=both)
+    except Exception as e:  # the error is what is checked, whatever its type
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"started": True}
+
+
 def check(model: str) -> dict[str, Any]:
     runs = {}
     for name, speculative in ENGINES.items():

@@ -3,8 +3,9 @@
 #   lvllmds4-x (default; needs pip and a mirror of the fork in DS4X_MIRRORS): .fork/vllm.tgz, the
 #     fork's vllm/ at the pin with our series and overlay, and .whl2/, the cp312 wheels the GPU
 #     image lacks (lk_moe included). Carry both: run(command="bash ci/fork-gpu/run", carry=[".fork", ".whl2"]).
-#   vllm (needs only PyPI): .upstream/vllm.tgz, upstream vLLM 0.32.0's vllm/ (the pinned sdist, cached
-#     under ~/.cache/ds4x) with our vllm series and overlay, and .upstream/whl/, the wheels it needs
+#   vllm (needs only PyPI): .upstream/vllm.tgz, upstream vLLM 0.32.0's vllm/ (the vllm-cpu-engine
+#     target's sdist, which the stand-ins are written for, cached under ~/.cache/ds4x) with its
+#     series and our overlay, and .upstream/whl/, the wheels it needs
 #     beyond the image: the fork's set less lk_moe, at upstream 0.32.0's own pins where they differ
 #     (requirements/common.txt: fastapi < 0.137, llguidance < 1.8, xgrammar == 0.2.8, oss-harmony
 #     for openai_harmony; the versions its CPU engine venv resolved). Carry that one folder:
@@ -28,7 +29,7 @@ COMMON="annotated-types==0.8.0 apache-tvm-ffi==0.1.15.post2 cachetools==8.0.2 cb
 if [ "$TARGET" = vllm ]; then
   rm -rf .upstream trees/vllm-gpu && mkdir -p .upstream/whl
   printf '*\n' > .upstream/.gitignore  # git ignores the folder: carry it by name
-  $PY build.py apply --target vllm --dir trees/vllm-gpu -q
+  $PY build.py apply --target vllm-cpu-engine --dir trees/vllm-gpu -q
   tar czf .upstream/vllm.tgz -C trees/vllm-gpu vllm
   download .upstream/whl $COMMON fastapi==0.136.3 llguidance==1.7.6 xgrammar==0.2.8 oss-harmony==0.0.11
   du -shc .upstream/vllm.tgz .upstream/whl

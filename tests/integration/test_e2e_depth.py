@@ -22,6 +22,14 @@ def metric(run: dict[str, Any], name: str, **labels: str) -> float:
     return float(run["metrics"][f"vllm:spec_decode_{name}{{{label}}}"])
 
 
+def test_draft_depth_with_adaptive_verification_is_refused_at_start_up(engine_checks: dict[str, Any]) -> None:
+    """Both options set: the engine does not start, and its one error names both and the fix."""
+    started = engine_checks["start_both"]
+    assert set(started) == {"error"}, started
+    assert "draft_depth (ds4x) and enable_adaptive_verification (vLLM) both choose" in started["error"]
+    assert "remove draft_depth" in started["error"] and "enable_adaptive_verification to false" in started["error"]
+
+
 @pytest.mark.parametrize("policy", ["phase 1/2", "phase 0/2"])
 def test_greedy_outputs_equal_the_non_speculative_run(runs: dict[str, Any], policy: str) -> None:
     tokens = runs[policy]["tokens"]

@@ -13,7 +13,6 @@ docs blobs are never needed)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 
 from ds4x import pins, sources
 from ds4x.cli import main
-from tests.integration.test_vllm_own_tests import assert_none_only_unpatched, finished, start
+from tests.integration.test_vllm_own_tests import assert_none_only_unpatched, run_trees
 
 FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,13 +109,9 @@ def fork_site(tmp_path_factory: pytest.TempPathFactory, repo_pins: pins.Pins) ->
 @pytest.fixture(scope="module")
 def runs(own_tests_python: Path, fork_trees: dict[str, Path], fork_site: Path,
          tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Both trees at once (one core each on a 2-core machine): {tree: {imported, outcomes, log}}."""
-    started = {}
-    for tree, root in fork_trees.items():
-        work = tmp_path_factory.mktemp(f"fork-tests-{tree}")
-        started[tree] = (work, *start(own_tests_python, root, work, f"{root}{os.pathsep}{fork_site}", probe=PROBE,
-                                       test_files=TEST_FILES, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor")))
-    return finished(started, "the fork's tests")
+    """Both trees at once: {tree: {imported, outcomes, log}}."""
+    return run_trees(own_tests_python, fork_trees, fork_site, "fork-tests", tmp_path_factory, probe=PROBE,
+                     test_files=TEST_FILES)
 
 
 def test_each_run_imports_its_tree_on_the_cpu_platform(runs: dict[str, Any], fork_trees: dict[str, Path]) -> None:

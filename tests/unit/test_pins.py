@@ -15,12 +15,14 @@ GOOD_SHA = "b7f99cdc16cb77af8ff5062817dcbb0f9db481ad"
 
 def test_repository_pins_load_and_are_exact() -> None:
     loaded = pins.load(ROOT / "pins.toml")
-    assert sorted(loaded.targets) == ["flashinfer", "lvllmds4-x", "vllm"]
+    assert sorted(loaded.targets) == ["flashinfer", "lvllmds4-x", "vllm", "vllm-cpu-engine"]
     assert [t.name for t in loaded.defaults] == ["lvllmds4-x", "flashinfer"]
-    vllm = loaded.get("vllm")
-    # rolled to 0.32.0 without a vLLM mirror: the sdist's sha256 pins it, its own commit id is recorded on build
-    assert vllm.sdist and vllm.sdist.version == "0.32.0" and vllm.git is None
-    assert vllm.sources == ("sdist",)
+    vllm, engine = loaded.get("vllm"), loaded.get("vllm-cpu-engine")
+    # rolled to 0.34.0 without a vLLM mirror: the sdist's sha256 pins it, its own commit id is recorded on build;
+    # no vllm-cpu 0.34.0 exists, so the CPU engine stays on 0.32.0 with the kernels wheel of that release
+    assert vllm.sdist and vllm.sdist.version == "0.34.0" and vllm.git is None and vllm.kernels_wheel is None
+    assert engine.sdist and engine.kernels_wheel and engine.sdist.version == engine.kernels_wheel.version == "0.32.0"
+    assert vllm.sources == engine.sources == ("sdist",)
     assert loaded.get("flashinfer").sources == ("wheel",)
     assert loaded.get("lvllmds4-x").kernel_sources == ("csrc", "CMakeLists.txt", "cmake")
 
@@ -62,7 +64,7 @@ def test_unknown_target_lists_known_ones() -> None:
     with pytest.raises(InputError) as caught:
         loaded.get("vllm-rocm")
     assert str(caught.value) == "unknown target 'vllm-rocm'"
-    assert caught.value.hint == "choose one of: flashinfer, lvllmds4-x, vllm"
+    assert caught.value.hint == "choose one of: flashinfer, lvllmds4-x, vllm, vllm-cpu-engine"
 
 
 def test_missing_pins_file(tmp_path: Path) -> None:

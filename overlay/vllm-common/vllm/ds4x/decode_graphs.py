@@ -17,7 +17,7 @@ with max_num_seqs 2 and K_max 2 the phase policy (1/2) gets graphs for 2 and 4
 tokens (query length 2) and 3 and 6 tokens (query length 3).
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from itertools import product
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -41,8 +41,8 @@ def decode_query_lens(vllm_config: Any, decode_query_len: int) -> list[int] | No
     ``decode_query_len`` alone: vLLM's own graphs, untouched."""
     spec = vllm_config.speculative_config
     k_max = spec.num_speculative_tokens if spec is not None else 0
-    if not k_max or getattr(spec, "draft_depth", None) is None:
-        return None
+    if not k_max or not isinstance(getattr(spec, "draft_depth", None), Mapping):
+        return None  # none configured (or a stand-in config, as vLLM's own tests build: vLLM's graphs)
     depths = configured_draft_depth(spec.draft_depth, k_max).verify_depths(k_max)
     if depths == (k_max,):
         return None
