@@ -70,13 +70,10 @@ def run() -> dict:
     if KIND in ("moe", "dsv4") and not LK_MOE:
         raise RuntimeError(f"{CASE}: MoE cases put every expert on lk_moe, the fork's; not in target {TARGET}")
     if KIND == "dsv4":
-        import build_ops
         import portable
         from dsv4_model import install_loader
 
-        portable.install()
-        build_ops.load(Path(os.environ["DS4X_DSV4_OPS"]))
-        portable.SOURCES["compiled here"] = ", ".join(op for ops in build_ops.OPS.values() for op in ops)
+        portable.install(Path(os.environ["DS4X_DSV4_OPS"]))
         install_loader()
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "0" if V1 else "1"

@@ -85,12 +85,10 @@ def install_model() -> None:
     if not DSV4:
         install_loader()
         return
-    import build_ops
     import dsv4_model
     import portable
 
-    portable.install()
-    build_ops.load(Path(os.environ["DS4X_DSV4_OPS"]))
+    portable.install(Path(os.environ["DS4X_DSV4_OPS"]))
     dsv4_model.install_loader()
 
 

@@ -18,6 +18,7 @@ replacement is named in `SOURCES` (the report prints it):
 
 import os
 import sys
+from pathlib import Path
 
 import torch
 
@@ -110,8 +111,13 @@ def compressor_without_cutedsl() -> None:
     SOURCES["compressor (head 512)"] = "stand-in: the fork's Triton compress_norm_rope_store (no CuTe DSL)"
 
 
-def install() -> None:
-    """The portable path in this process (DS4X_NATIVE_CAPABILITY=1 keeps the device's)."""
+def install(ops: Path) -> None:
+    """The portable path in this process (DS4X_NATIVE_CAPABILITY=1 keeps the device's), with the
+    compiled ops build_ops.py made in `ops`."""
+    import build_ops
+
+    build_ops.load(ops)
+    SOURCES["compiled here"] = ", ".join(op for names in build_ops.OPS.values() for op in names)
     if os.environ.get("DS4X_NATIVE_CAPABILITY") != "1":
         force_capability(*CAPABILITY)
     try:
