@@ -12,11 +12,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ds4x import launch_args
 from ds4x.core import draft_depth
 from ds4x.core import moe_placement as mp
 from ds4x.core.named_policies import named_policies
 from ds4x.errors import InputError
 from ds4x.inputs import read_text
+from ds4x.launch_args import Launch
 from ds4x.planned import Plan, PlanRequest
 
 Compute = Callable[[PlanRequest], Plan]
@@ -92,30 +94,14 @@ def script(model: str, env: list[Line], options: list[Line]) -> str:
 # ---- reading a script
 
 
-@dataclass(frozen=True)
-class Launch:
-    env: dict[str, str]
-    options: dict[str, str]
-
-
 def read(path: Path) -> Launch:
-    """Exported variables and the `--option value` pairs anywhere in the script
-    (an args array or one long command line alike); comments dropped."""
+    """Exported or assigned variables and the `vllm serve` options (an args array
+    or one long command line alike), as launch_args reads them."""
     text = read_text(path, "--check-launch ", 1 << 20)
     try:
-        tokens = shlex.split(text, comments=True)
-    except ValueError as e:
+        return launch_args.with_vllm_parser(launch_args.read(text))
+    except launch_args.ScriptError as e:
         raise InputError(f"--check-launch {path}: {e}", "give a shell script with balanced quotes") from None
-    env, options = {}, {}
-    for i, token in enumerate(tokens):
-        if i and tokens[i - 1] == "export" and "=" in token:
-            name, _, value = token.partition("=")
-            env[name] = value
-        elif token.startswith("--"):
-            name, eq, value = token.partition("=")
-            following = tokens[i + 1] if i + 1 < len(tokens) else ""
-            options[name] = value if eq else ("" if following.startswith("--") or following == ")" else following)
-    return Launch(env, options)
 
 
 def check(launch: Launch, args: PlanRequest, compute: Compute) -> tuple[list[str], list[str]]:

@@ -1,0 +1,246 @@
+"""A serving script read as bash and vLLM would read it: the variables set before
+`vllm serve` (exports, assignments, `VAR=... vllm serve`) and its options in every
+form vLLM's parser takes (dotted `--section.key`, dashes or underscores, `--opt=value`,
+JSON values), each with where it sits in the text so that `--write` can change it."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
+_OPERATORS = ";&|()"
+FLAGS = frozenset({"--trust-remote-code", "--enforce-eager", "--enable-prefix-caching", "--no-enable-prefix-caching",
+                   "--enable-auto-tool-choice", "--disable-log-requests", "--disable-log-stats", "--enable-chunked-prefill",
+                   "--enable-expert-parallel", "--async-scheduling", "--headless"})
+"""options that take no value: the word after them is not theirs"""
+
+
+class ScriptError(ValueError):
+    """A script the reader cannot split as bash would (an unclosed quote)."""
+
+
+@dataclass(frozen=True)
+class Word:
+    """One shell word (quotes removed) or operator, and its span in the text."""
+
+    text: str
+    start: int
+    end: int
+    operator: bool = False
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a value sits: text[start:end] becomes `prefix` + the new value, quoted."""
+
+    start: int
+    end: int
+    prefix: str
+    line_start: int  # of the command that holds it: a comment saying why goes above
+
+
+@dataclass
+class Launch:
+    """What a script sets: env and canonical `--dashed-option` values (dotted
+    parts merged into one JSON object), with their slots."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    options: dict[str, str] = field(default_factory=dict)
+    env_slots: dict[str, Slot] = field(default_factory=dict)
+    option_slots: dict[tuple[str, str], Slot] = field(default_factory=dict)  # (option, "" or dotted key)
+    insert_at: int = -1  # after the model (or `serve`): where a new option goes
+    command_line: int = 0  # start of the `vllm serve` command's first line
+    argv: list[str] = field(default_factory=list)  # after `vllm serve`, as bash passes them
+    text: str = ""
+
+
+def words(text: str) -> list[Word]:
+    """Bash's words and operators (newline is `;`), comments and line continuations dropped."""
+    out: list[Word] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("\\\n", i) or c in " \t\r":
+            i += 2 if c == "\\" else 1
+        elif c == "#":
+            newline = text.find("\n", i)
+            i = n if newline < 0 else newline
+        elif c == "\n" or c in _OPERATORS:
+            out.append(Word(";" if c == "\n" else c, i, i + 1, operator=True))
+            i += 1
+        else:
+            out.append(_word(text, i))
+            i = out[-1].end
+    return out
+
+
+def _word(text: str, i: int) -> Word:
+    """The word starting at i: quotes and escapes as bash reads them."""
+    start, parts, n = i, [], len(text)
+    while i < n and text[i] not in " \t\r\n" + _OPERATORS:
+        c = text[i]
+        if c == "'":
+            close = text.find("'", i + 1)
+            if close < 0:
+                raise ScriptError(f"a ' opened at offset {i} is not closed")
+            parts.append(text[i + 1:close])
+            i = close + 1
+        elif c == '"':
+            i = _double_quoted(text, i + 1, parts)
+        elif c == "\\":
+            if text.startswith("\\\n", i):
+                i += 2
+                continue
+            parts.append(text[i + 1:i + 2])
+            i += 2
+        else:
+            parts.append(c)
+            i += 1
+    return Word("".join(parts), start, i)
+
+
+def _double_quoted(text: str, i: int, parts: list[str]) -> int:
+    """Appends a "..." body (from after its quote) to parts; returns the index after the closing quote."""
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            return i + 1
+        if c == "\\" and text[i + 1:i + 2] in ('"', "\\", "$", "`", "\n"):
+            parts.append("" if text[i + 1] == "\n" else text[i + 1])
+            i += 2
+        else:
+            parts.append(c)
+            i += 1
+    raise ScriptError('a " is not closed')
+
+
+def commands(all_words: list[Word]) -> list[list[Word]]:
+    """Simple commands, split at ; & | newlines; `NAME=( ... )` arrays kept in one command."""
+    out: list[list[Word]] = [[]]
+    depth = 0
+    for w in all_words:
+        if w.operator and w.text == "(" and out[-1] and out[-1][-1].text.endswith("="):
+            depth += 1
+        elif w.operator and w.text == ")" and depth:
+            depth -= 1
+        elif w.operator and not depth:
+            out.append([])
+            continue
+        elif w.operator:
+            continue  # a newline inside an array
+        out[-1].append(w)
+    return [c for c in out if c]
+
+
+def read(text: str) -> Launch:
+    """The script's env and `vllm serve` options; raises ScriptError."""
+    launch = Launch(text=text)
+    arrays: dict[str, list[Word]] = {}
+    for command in commands(words(text)):
+        line = text.rfind("\n", 0, command[0].start) + 1
+        if command[0].text == "export":
+            _assignments(launch, command[1:], line)
+            continue
+        head = 0
+        while head < len(command) and _ASSIGN.match(command[head].text):
+            head += 1
+        if head == 1 and command[0].text.endswith("=") and len(command) > 1:
+            arrays[command[0].text[:-1]] = [w for w in command[1:] if not w.operator]  # NAME=( ... )
+            continue
+        _assignments(launch, command[:head], line)
+        rest = [w for w in command[head:] if w.text != "exec"]
+        if len(rest) >= 2 and rest[0].text.rsplit("/", 1)[-1] == "vllm" and rest[1].text == "serve":
+            launch.command_line = line
+            _serve(launch, _spliced(rest[2:], arrays), rest[1].end, line)
+    return launch
+
+
+def _assignments(launch: Launch, assigns: list[Word], line: int) -> None:
+    for w in assigns:
+        match = _ASSIGN.match(w.text)
+        if match:
+            name = match.group(1)
+            launch.env[name] = w.text[match.end():]
+            launch.env_slots[name] = Slot(w.start, w.end, f"{name}=", line)
+
+
+def _spliced(args: list[Word], arrays: dict[str, list[Word]]) -> list[Word]:
+    """`"${NAME[@]}"` replaced by the array's words."""
+    out: list[Word] = []
+    for w in args:
+        match = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}", w.text)
+        out += arrays.get(match.group(1), []) if match else [w]
+    return out
+
+
+def canonical(name: str) -> tuple[str, str]:
+    """`--compilation_config.cudagraph_mode` -> ("--compilation-config", "cudagraph_mode")."""
+    section, _, key = name[2:].partition(".")
+    return "--" + section.replace("_", "-"), key
+
+
+def _serve(launch: Launch, args: list[Word], serve_end: int, line: int) -> None:
+    launch.insert_at, launch.argv = serve_end, [w.text for w in args]
+    dotted: dict[str, dict[str, Any]] = {}
+    i = 0
+    while i < len(args):
+        w = args[i]
+        if not w.text.startswith("--"):
+            if i == 0:
+                launch.insert_at = w.end  # the model
+            i += 1
+            continue
+        raw, eq, value = w.text.partition("=")
+        option, key = canonical(raw)
+        slot = Slot(w.start, w.end, raw + "=", line) if eq else None
+        if not eq:
+            following = args[i + 1] if i + 1 < len(args) else None
+            takes = following is not None and option not in FLAGS and not following.text.startswith("--")
+            value = following.text if takes and following else ""
+            slot = Slot(following.start, following.end, "", line) if takes and following else None
+            i += 1 if takes else 0
+        if slot:
+            launch.option_slots[(option, key)] = slot
+        if key:
+            dotted.setdefault(option, {})[key] = _json_or_text(value)
+        else:
+            launch.options[option] = value
+        i += 1
+    for option, keys in dotted.items():
+        launch.options[option] = json.dumps({**_object(launch.options.get(option)), **keys})
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _object(raw: str | None) -> dict[str, Any]:
+    value = _json_or_text(raw) if raw else {}
+    return value if isinstance(value, dict) else {}
+
+
+def with_vllm_parser(launch: Launch) -> Launch:
+    """The option values as the patched vLLM's own parser reads them, where vLLM
+    is importable in this Python (else the reader's, which follow its rules)."""
+    try:
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
+    except ImportError:
+        return launch
+    try:
+        parsed = make_arg_parser(FlexibleArgumentParser()).parse_args(launch.argv)
+    except SystemExit:
+        raise ScriptError("vLLM's own parser refuses the `vllm serve` arguments (its message is above)") from None
+    for option in launch.options:
+        value = getattr(parsed, option[2:].replace("-", "_"), None)
+        if isinstance(value, dict):
+            launch.options[option] = json.dumps(value)
+        elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            launch.options[option] = str(value)
+    return launch
