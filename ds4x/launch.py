@@ -8,11 +8,11 @@ import json
 import os
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ds4x import launch_args
+from ds4x import launch_advice, launch_args
 from ds4x.core import draft_depth
 from ds4x.core import moe_placement as mp
 from ds4x.core.named_policies import named_policies
@@ -104,32 +104,47 @@ def read(path: Path) -> Launch:
         raise InputError(f"--check-launch {path}: {e}", "give a shell script with balanced quotes") from None
 
 
-def check(launch: Launch, args: PlanRequest, compute: Compute) -> tuple[list[str], list[str]]:
-    """(errors, warnings) of a script against the plan (`compute`: plan.compute) at its own settings."""
-    errors: list[str] = []
-    warnings: list[str] = []
+@dataclass
+class Findings:
+    """What --check-launch found, and the changes --write makes for it."""
+
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    fixes: list[launch_args.Fix] = field(default_factory=list)
+
+
+def check(launch: Launch, args: PlanRequest, compute: Compute,
+          profile: tuple[dict[str, Any], Path] | None = None) -> Findings:
+    """A script against the plan (`compute`: plan.compute) at its own settings, and
+    its draft depth against the measurements (`profile`: plan --measure's, and its file)."""
+    found = Findings()
+    errors, warnings = found.errors, found.warnings
     cores = os.cpu_count() or 1
-    threads = launch.env.get("LK_THREADS")
+    threads, share = launch.env.get("LK_THREADS"), str(max(1, int(cores * LK_SHARE)))
     if threads is None:
-        warnings.append("LK_THREADS is not set: lk_moe picks its own; plan --measure says which is fastest")
+        why = "LK_THREADS is not set: lk_moe picks its own; plan --measure says which is fastest"
+        warnings.append(why)
+        found.fixes.append(launch_args.Fix("LK_THREADS", "", share, f"{why}; {LK_SHARE:.0%} of {cores} cores until then"))
     elif not threads.isdigit() or not 0 < int(threads) < cores:
         errors.append(f"LK_THREADS={threads} on {cores} cores: all cores (or more) is the 14x cliff; "
-                      f"leave some free, e.g. {max(1, int(cores * LK_SHARE))} (plan --measure times it)")
-    _check_memory(launch, args, compute, errors)
-    _check_depth(launch, errors, warnings)
-    return errors, warnings
+                      f"leave some free, e.g. {share} (plan --measure times it)")
+        found.fixes.append(launch_args.Fix("LK_THREADS", "", share, errors[-1]))
+    _check_memory(launch, args, compute, found)
+    _check_depth(launch, found, profile)
+    return found
 
 
-def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, errors: list[str]) -> None:
+def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Findings) -> None:
     """The plan at the script's own memory settings, and its resident layers against it."""
+    errors = found.errors
     settings = {"--max-model-len": ("max_model_len", int), "--gpu-memory-utilization": ("gpu_memory_utilization", float),
                 "--kv-cache-dtype": ("kv_cache_dtype", str), "--tensor-parallel-size": ("tp", int),
                 "--pipeline-parallel-size": ("pp", int)}
     changes: dict[str, object] = {}
-    for option, (field, kind) in settings.items():
+    for option, (name, kind) in settings.items():
         if option in launch.options:
             try:
-                changes[field] = kind(launch.options[option])
+                changes[name] = kind(launch.options[option])
             except ValueError:
                 errors.append(f"{option} {launch.options[option]!r} is not a {kind.__name__}")
                 return
@@ -151,9 +166,12 @@ def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, errors: l
     if selection.mode != "auto" and asked > fit:
         errors.append(f"{mp.LAYERS_ENV}={value}: {asked} resident layers, only {fit} fit "
                       f"({budget.for_resident_layers / 2**30:.2f} GiB left at these settings)")
+        found.fixes.append(launch_args.Fix(mp.LAYERS_ENV, "", ",".join(map(str, result.choice.layers)) or "none",
+                                           errors[-1]))
 
 
-def _check_depth(launch: Launch, errors: list[str], warnings: list[str]) -> None:
+def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any], Path] | None) -> None:
+    errors, warnings = found.errors, found.warnings
     raw = launch.options.get("--speculative-config")
     if raw is None:
         warnings.append("no --speculative-config: no draft depth policy, no speculation")
@@ -167,10 +185,23 @@ def _check_depth(launch: Launch, errors: list[str], warnings: list[str]) -> None
     except (ValueError, KeyError, TypeError, draft_depth.DraftDepthError) as e:
         errors.append(f"--speculative-config: {str(e)[:400]}")
         return
-    mode = json.loads(launch.options.get("--compilation-config") or "{}").get("cudagraph_mode")
+    advice = launch_advice.advise(spec, k, profile)
+    if advice:
+        warnings.append(advice.message)
+        found.fixes.append(launch_args.Fix("--speculative-config", "draft_depth", advice.draft_depth, advice.message))
+    _check_graphs(launch, found)
+    _check_graph_depths(config, k, warnings)
+
+
+def _check_graphs(launch: Launch, found: Findings) -> None:
+    mode = launch_args.json_object(launch.options.get("--compilation-config")).get("cudagraph_mode")
     if mode != "FULL_DECODE_ONLY":
-        warnings.append(f"cudagraph_mode {mode or 'unset'}: decode steps verify in full graphs only with "
-                        f"FULL_DECODE_ONLY (--compilation-config)")
+        why = "decode steps verify in full graphs only with FULL_DECODE_ONLY"
+        found.warnings.append(f"cudagraph_mode {mode or 'unset'}: {why} (--compilation-config)")
+        found.fixes.append(launch_args.Fix("--compilation-config", "cudagraph_mode", "FULL_DECODE_ONLY", why))
+
+
+def _check_graph_depths(config: draft_depth.DraftDepthConfig, k: int, warnings: list[str]) -> None:
     chosen = {d for phase in (draft_depth.REASONING, draft_depth.ANSWER) if (d := config.phase_depth(phase, k)) is not None}
     missing = chosen - set(config.verify_depths(k))
     if missing:

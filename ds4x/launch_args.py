@@ -42,6 +42,17 @@ class Slot:
     line_start: int  # of the command that holds it: a comment saying why goes above
 
 
+@dataclass(frozen=True)
+class Fix:
+    """A change --write makes: `option` (or, for a variable, its name) set to
+    `value`; with `key`, that key of the option's JSON object."""
+
+    option: str
+    key: str
+    value: Any
+    why: str
+
+
 @dataclass
 class Launch:
     """What a script sets: env and canonical `--dashed-option` values (dotted
@@ -210,7 +221,7 @@ def _serve(launch: Launch, args: list[Word], serve_end: int, line: int) -> None:
             launch.options[option] = value
         i += 1
     for option, keys in dotted.items():
-        launch.options[option] = json.dumps({**_object(launch.options.get(option)), **keys})
+        launch.options[option] = json.dumps({**json_object(launch.options.get(option)), **keys})
 
 
 def _json_or_text(value: str) -> Any:
@@ -220,7 +231,8 @@ def _json_or_text(value: str) -> Any:
         return value
 
 
-def _object(raw: str | None) -> dict[str, Any]:
+def json_object(raw: str | None) -> dict[str, Any]:
+    """An option's JSON object; {} when unset or not an object."""
     value = _json_or_text(raw) if raw else {}
     return value if isinstance(value, dict) else {}
 

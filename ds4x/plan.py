@@ -136,6 +136,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="the model folder the script serves (default: the folder of --config)")
     p.add_argument("--check-launch", type=inputs.existing_file, metavar="FILE",
                    help="check a serving script (generated or your own) against the plan at its settings")
+    p.add_argument("--profile", type=inputs.existing_file, metavar="FILE",
+                   help="with --check-launch: advise the draft depth from this plan --measure profile "
+                        "(default: the committed H200 measurements)")
     p.add_argument("--measure", action="store_true",
                    help="time lk_moe on this machine instead: cost curve per LK_THREADS, tok/s per draft-depth "
                         "policy, a step-cost profile for the adaptive policy (options below)")
@@ -356,10 +359,11 @@ def main(args: argparse.Namespace) -> int:
 def check_launch(args: argparse.Namespace) -> int:
     """Every disagreement between a serving script and the plan at its settings; 1 on an error."""
     script = launch.read(args.check_launch)
-    errors, warnings = launch.check(script, PlanRequest.of(args), compute)
-    for line in warnings:
+    profile = (_load_json(args.profile, "--profile"), args.profile) if args.profile else None
+    found = launch.check(script, PlanRequest.of(args), compute, profile)
+    for line in found.warnings:
         print(f"warning: {line}")
-    for line in errors:
+    for line in found.errors:
         print(f"error: {line}")
-    print(f"{args.check_launch}: {len(errors)} error(s), {len(warnings)} warning(s)")
-    return 1 if errors else 0
+    print(f"{args.check_launch}: {len(found.errors)} error(s), {len(found.warnings)} warning(s)")
+    return 1 if found.errors else 0

@@ -29,7 +29,7 @@ def test_check_launch_plans_at_the_script_s_settings_on_a_copy(tmp_path: Path) -
         seen.append(asked)
         return plan.compute(asked)
 
-    errors, _ = launch.check(launch.read(script), req, compute)
+    errors = launch.check(launch.read(script), req, compute).errors
     assert (seen[0].max_model_len, seen[0].gpu_memory_utilization) == (4096, 0.1)
     assert (req.max_model_len, req.gpu_memory_utilization) == (1048576, 0.92)  # the caller's, unchanged
     assert any("does not fit" in e for e in errors)

@@ -1,0 +1,101 @@
+"""`plan --check-launch`'s draft-depth advice: a script that speculates with no
+draft_depth (or a policy that measured worse) gets one finding with figures, from
+`plan --measure`'s profile when given, else from the committed H200 measurements,
+and the exact draft_depth object to add."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ds4x.checkout import HOME
+from ds4x.core import draft_depth
+from ds4x.core.depth_estimates import expected_tokens_by_depth
+from ds4x.core.named_policies import named_policies
+
+RESULTS = "bench/results"
+RUNS = "h200-e2e*/e2e-spec.json"  # the end-to-end runs on the H200 stand-in, each policy per round and phase
+SAMPLED_WITH = "greedy"  # ci/fork-gpu/case.py: the draft_sample_method of the measured runs
+
+
+@dataclass(frozen=True)
+class Advice:
+    """A finding and the draft_depth object that answers it."""
+
+    message: str
+    draft_depth: dict[str, Any]
+
+
+def policy_name(config: draft_depth.DraftDepthConfig, k: int) -> str | None:
+    """The report name of a parsed draft_depth ("fixed 2", "phase 0/2"), None if not one of the named."""
+    return next((name for name, p in named_policies(k).items()
+                 if draft_depth.parse_draft_depth(p.draft_depth, k) == config), None)
+
+
+def committed_ratios(policy: str, against: str, results: Path) -> list[tuple[float, float]]:
+    """Per committed run: the (one-request, two-request) median per-round tok/s
+    ratio of `policy` to `against` while reasoning."""
+    out = []
+    for path in sorted(results.glob(RUNS)):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        one, two = (_median_ratio(cells, policy, against, n) for n in (1, 2))
+        if one is not None and two is not None:
+            out.append((one, two))
+    return out
+
+
+def _median_ratio(cells: list[dict[str, Any]], policy: str, against: str, requests: int) -> float | None:
+    mine = [c for c in cells if c["phase"] == draft_depth.REASONING and c["requests"] == requests]
+    base = {c["round"]: c["tok_s"] for c in mine if c["policy"] == against}
+    ratios = [c["tok_s"] / base[c["round"]] for c in mine if c["policy"] == policy and c["round"] in base]
+    return statistics.median(ratios) if ratios else None
+
+
+def from_committed(current: str, k: int, sampled: str | None, root: Path) -> Advice | None:
+    """phase 0/K (adaptive where drafts are not greedy) against the script's policy, as measured."""
+    if sampled not in (None, SAMPLED_WITH):
+        adaptive = named_policies(k)["adaptive"].draft_depth or {}
+        return Advice(f"draft_sample_method {sampled}: the phase depths were measured with {SAMPLED_WITH} drafts; "
+                      f"adaptive measures each request's acceptance as it runs: add {json.dumps(adaptive)}", adaptive)
+    best = f"phase 0/{k}"
+    runs = committed_ratios(best, current, root / RESULTS)
+    if current == best or not runs or min(r[0] for r in runs) <= 1.0:
+        return None
+    one, two = [f"{min(r[i] for r in runs):.2f}-{max(r[i] for r in runs):.2f}x" for i in (0, 1)]
+    obj = named_policies(k)[best].draft_depth or {}
+    return Advice(f"{current} verifies drafts while reasoning too: {best} measured {one} {current} there at one "
+                  f"request, {two} at two (committed H200 measurements, DeepSeek-V4 stand-in, {len(runs)} runs: "
+                  f"{RESULTS}/{RUNS}; for this machine: plan --measure, then --check-launch --profile FILE): add "
+                  f"\"draft_depth\": {json.dumps(obj)}", obj)
+
+
+def from_profile(config: draft_depth.DraftDepthConfig, k: int, profile: dict[str, Any], where: Path) -> Advice | None:
+    """The profile's own draft_depth against the script's reasoning depth, at the profile's acceptance."""
+    costs = profile["draft_depth"]["step_cost"]
+    acceptance = profile["measured"]["acceptance"][draft_depth.REASONING]
+    rates = [t / c for t, c in zip(expected_tokens_by_depth([acceptance] * k, len(costs) - 1), costs)]
+    mine = config.phase_depth(draft_depth.REASONING, k)
+    depth = k if isinstance(config, draft_depth.FixedDepth) else mine
+    best = max(range(len(rates)), key=rates.__getitem__)
+    if depth is None or depth >= len(rates) or rates[best] <= rates[depth]:
+        return None
+    obj = dict(profile["draft_depth"])
+    return Advice(f"verifying {depth} draft(s) while reasoning: at this machine's reasoning acceptance {acceptance} "
+                  f"and step costs {costs} (plan --measure profile {where}), depth {best} yields "
+                  f"{rates[best] / rates[depth]:.2f}x the tokens per step cost of depth {depth}: add "
+                  f"\"draft_depth\": {json.dumps(obj)}", obj)
+
+
+def advise(spec: dict[str, Any], k: int, profile: tuple[dict[str, Any], Path] | None,
+           root: Path = HOME.root) -> Advice | None:
+    """The finding for a parsed --speculative-config, None when its policy is the advised one."""
+    config = draft_depth.parse_draft_depth(spec.get("draft_depth"), k)
+    if profile:
+        return from_profile(config, k, *profile)
+    current = policy_name(config, k)
+    if current is None or isinstance(config, draft_depth.AdaptiveDepth):
+        return None  # a policy of its own, or adaptive: measured within noise of the best fixed depth
+    return from_committed(current, k, spec.get("draft_sample_method"), root)

@@ -1,0 +1,56 @@
+"""--check-launch's draft-depth advice: a script that verifies K drafts while
+reasoning gets one finding with the committed H200 figures (or a measure
+profile's) and the draft_depth object to add; the advised policy gets none."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ds4x import launch_advice
+from ds4x.checkout import HOME
+from ds4x.cli import main
+from ds4x.core.named_policies import named_policies
+
+from .test_launch_args import SPEC, USERS
+
+PROFILE = {"draft_depth": {"policy": "adaptive", "step_cost": [1.0, 2.2, 2.98]},
+           "measured": {"acceptance": {"reasoning": 0.39, "answer": 0.89}, "lk_threads": 12}}
+
+
+def findings(tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, *extra: str) -> list[str]:
+    script = tmp_path / "serve.sh"
+    script.write_text(USERS.format(threads=1, spec=spec))
+    main(["plan", "--check-launch", str(script), *extra])
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: ") and "draft" in line]
+
+
+def test_fixed_k_gets_the_committed_figures_and_the_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = launch_advice.committed_ratios("phase 0/2", "fixed 2", HOME.root / launch_advice.RESULTS)
+    assert runs, "no committed H200 run holds phase 0/2 and fixed 2"
+    [line] = findings(tmp_path, capsys, SPEC)
+    assert f"measured {min(r[0] for r in runs):.2f}-{max(r[0] for r in runs):.2f}x fixed 2" in line, line
+    assert "committed H200 measurements" in line
+    assert json.dumps(named_policies(2)["phase 0/2"].draft_depth) in line
+
+
+def test_the_advised_policy_gets_no_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = json.dumps({"method": "dspark", "num_speculative_tokens": 2,
+                       "draft_depth": named_policies(2)["phase 0/2"].draft_depth})
+    assert findings(tmp_path, capsys, spec) == []
+
+
+def test_drafts_not_greedy_are_advised_adaptive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    [line] = findings(tmp_path, capsys, SPEC.replace("greedy", "probabilistic"))
+    assert "measured with greedy drafts" in line and '"policy": "adaptive"' in line
+
+
+def test_a_profile_gives_this_machines_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    [line] = findings(tmp_path, capsys, SPEC, "--profile", str(profile))
+    rate_0, rate_2 = 1.0, (1 + 0.39 + 0.39**2) / 2.98
+    assert f"depth 0 yields {rate_0 / rate_2:.2f}x the tokens per step cost of depth 2" in line, line
+    assert json.dumps(PROFILE["draft_depth"]) in line and str(profile) in line
