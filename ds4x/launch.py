@@ -114,12 +114,13 @@ class Findings:
 
 
 def check(launch: Launch, args: PlanRequest, compute: Compute,
-          profile: tuple[dict[str, Any], Path] | None = None) -> Findings:
-    """A script against the plan (`compute`: plan.compute) at its own settings, and
-    its draft depth against the measurements (`profile`: plan --measure's, and its file)."""
+          profile: tuple[dict[str, Any], Path] | None = None, cores: int | None = None) -> Findings:
+    """A script against the plan (`compute`: plan.compute) at its own settings on a
+    machine of `cores` (default: this one's), and its draft depth against the
+    measurements (`profile`: plan --measure's, and its file)."""
     found = Findings()
     errors, warnings = found.errors, found.warnings
-    cores = os.cpu_count() or 1
+    cores = cores or os.cpu_count() or 1
     threads, share = launch.env.get("LK_THREADS"), str(max(1, int(cores * LK_SHARE)))
     if threads is None:
         why = "LK_THREADS is not set: lk_moe picks its own; plan --measure says which is fastest"

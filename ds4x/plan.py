@@ -136,6 +136,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="the model folder the script serves (default: the folder of --config)")
     p.add_argument("--check-launch", type=inputs.existing_file, metavar="FILE",
                    help="check a serving script (generated or your own) against the plan at its settings")
+    p.add_argument("--cores", type=count(1), metavar="N",
+                   help="with --check-launch: check LK_THREADS for a machine of N cores (default: this machine's)")
     p.add_argument("--profile", type=inputs.existing_file, metavar="FILE",
                    help="with --check-launch: advise the draft depth from this plan --measure profile "
                         "(default: the committed H200 measurements)")
@@ -360,7 +362,9 @@ def check_launch(args: argparse.Namespace) -> int:
     """Every disagreement between a serving script and the plan at its settings; 1 on an error."""
     script = launch.read(args.check_launch)
     profile = (_load_json(args.profile, "--profile"), args.profile) if args.profile else None
-    found = launch.check(script, PlanRequest.of(args), compute, profile)
+    found = launch.check(script, PlanRequest.of(args), compute, profile, args.cores)
+    cores = f"{args.cores} cores (--cores)" if args.cores else f"{os.cpu_count() or 1} cores (this machine)"
+    print(f"checked for: {cores}, a GPU of {args.gpu_mem / 2**30:.2f} GiB (--gpu-mem)")
     for line in found.warnings:
         print(f"warning: {line}")
     for line in found.errors:

@@ -82,3 +82,17 @@ def test_a_plan_that_does_not_fit_writes_no_script(tmp_path: Path, capsys: pytes
     assert main(["plan", "--gpu-mem", "8GiB", "--launch", str(script)]) == 1
     assert not script.exists() and not list(tmp_path.iterdir())
     assert "the model does not fit" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("threads", "cores", "errors"), [(12, 16, 0), (16, 16, 1), (12, 8, 1)])
+def test_cores_checks_a_script_for_another_machine(tmp_path: Path, capsys: pytest.CaptureFixture[str], threads: int,
+                                                   cores: int, errors: int) -> None:
+    script = hand_written(tmp_path, threads)
+    assert main(["plan", "--check-launch", str(script), "--cores", str(cores)]) == errors
+    out = capsys.readouterr().out
+    assert f"checked for: {cores} cores (--cores)" in out and f"{errors} error(s)" in out, out
+
+
+def test_the_check_names_this_machine_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["plan", "--check-launch", str(hand_written(tmp_path, 1))])
+    assert f"checked for: {os.cpu_count() or 1} cores (this machine)" in capsys.readouterr().out
