@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ds4x import inputs, launch
+from ds4x import inputs, launch, launch_args, launch_write
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
 from ds4x.core import depth_sim as sim
 from ds4x.core import measure_analysis as analysis
@@ -136,6 +136,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="the model folder the script serves (default: the folder of --config)")
     p.add_argument("--check-launch", type=inputs.existing_file, metavar="FILE",
                    help="check a serving script (generated or your own) against the plan at its settings")
+    p.add_argument("--write", type=inputs.output_file, metavar="OUT",
+                   help="with --check-launch: write the script with only what the check flags changed, each change "
+                        "under a comment saying why (never over the script; over an existing OUT only with --force)")
+    p.add_argument("--force", action="store_true", help="with --write: write over an existing OUT")
     p.add_argument("--cores", type=count(1), metavar="N",
                    help="with --check-launch: check LK_THREADS for a machine of N cores (default: this machine's)")
     p.add_argument("--profile", type=inputs.existing_file, metavar="FILE",
@@ -360,6 +364,8 @@ def main(args: argparse.Namespace) -> int:
 
 def check_launch(args: argparse.Namespace) -> int:
     """Every disagreement between a serving script and the plan at its settings; 1 on an error."""
+    if args.write:
+        _refuse_output(args.check_launch, args.write, args.force)
     script = launch.read(args.check_launch)
     profile = (_load_json(args.profile, "--profile"), args.profile) if args.profile else None
     found = launch.check(script, PlanRequest.of(args), compute, profile, args.cores)
@@ -370,4 +376,29 @@ def check_launch(args: argparse.Namespace) -> int:
     for line in found.errors:
         print(f"error: {line}")
     print(f"{args.check_launch}: {len(found.errors)} error(s), {len(found.warnings)} warning(s)")
+    if args.write:
+        return write_fixed(args, script, found, profile)
     return 1 if found.errors else 0
+
+
+def _refuse_output(script: Path, out: Path, force: bool) -> None:
+    if out.exists() and out.resolve() == script.resolve():
+        raise InputError(f"--write {out}: that is the script being checked", "give a new file, e.g. serve-fixed.sh")
+    if out.exists() and not force:
+        raise InputError(f"--write {out}: exists", "give a new file, or add --force to write over it")
+
+
+def write_fixed(args: argparse.Namespace, script: launch_args.Launch, found: launch.Findings,
+                profile: tuple[dict[str, Any], Path] | None) -> int:
+    """--write: the script with the check's fixes, written only if it then passes with 0 errors."""
+    text = launch_write.written(script, found.fixes)
+    again = launch.check(launch_args.read(text), PlanRequest.of(args), compute, profile, args.cores)
+    if again.errors:
+        raise Ds4xError(f"--write {args.write}: not written, {len(again.errors)} error(s) it cannot fix: "
+                        f"{again.errors[0]}", "change those settings by hand (or the plan options), then check again")
+    with atomic_path(args.write) as part:
+        part.write_text(text, encoding="utf-8")
+        part.chmod(args.check_launch.stat().st_mode & 0o777)
+    print(f"wrote {args.write}: {len(found.fixes)} change(s), each under a comment saying why; "
+          f"it passes --check-launch with 0 errors, {len(again.warnings)} warning(s)")
+    return 0

@@ -1,0 +1,79 @@
+"""`plan --check-launch SCRIPT --write OUT`: only what the check flags changes,
+each change under a comment; every other setting and comment is kept; the
+written script runs and passes the check with 0 errors; OUT never clobbers."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ds4x import launch_args
+from ds4x.cli import main
+from ds4x.core.named_policies import named_policies
+from ds4x.launch_write import MARK
+
+from .test_launch import run_script
+from .test_launch_args import SPEC, USERS
+
+CORES = 16
+
+
+def users_script(tmp_path: Path, threads: int = CORES, graphs: bool = False) -> Path:
+    text = USERS.format(threads=threads, spec=SPEC)
+    if not graphs:
+        text = text.replace("  --compilation_config.cudagraph_mode FULL_DECODE_ONLY \\\n", "")
+    script = tmp_path / "serve.sh"
+    script.write_text(text)
+    return script
+
+
+def test_write_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script, out = users_script(tmp_path), tmp_path / "fixed.sh"
+    assert main(["plan", "--check-launch", str(script), "--cores", str(CORES)]) == 1  # LK_THREADS=16 of 16
+    assert main(["plan", "--check-launch", str(script), "--cores", str(CORES), "--write", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--check-launch", str(out), "--cores", str(CORES)]) == 0
+    report = capsys.readouterr().out
+    assert "0 error(s), 0 warning(s)" in report, report
+    before, after = launch_args.read(script.read_text()), launch_args.read(out.read_text())
+    changed = {"--speculative-config", "--compilation-config"}
+    assert {k: v for k, v in before.options.items() if k not in changed} == \
+           {k: v for k, v in after.options.items() if k not in changed}  # port, model, parsers, kwargs kept
+    assert {**before.env, "LK_THREADS": "12"} == after.env
+    spec = json.loads(after.options["--speculative-config"])
+    assert spec == {**json.loads(SPEC), "draft_depth": named_policies(2)["phase 0/2"].draft_depth}
+    assert json.loads(after.options["--compilation-config"]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    text = out.read_text()
+    assert text.count(MARK) == 3 and "# what fits on my 5090" in text and "# my DeepSeek-V4 server" in text
+    kept = [line for line in text.splitlines() if not line.startswith(MARK)]
+    assert len(kept) == len(script.read_text().splitlines())  # no line added but the comments
+    argv = run_script(out, tmp_path)
+    assert argv[:2] == ["serve", "/models/DeepSeek-V4-Flash"] and "--port" in argv
+
+
+def test_a_dotted_value_is_changed_where_it_is(tmp_path: Path) -> None:
+    script, out = users_script(tmp_path, threads=1, graphs=True), tmp_path / "fixed.sh"
+    script.write_text(script.read_text().replace("cudagraph_mode FULL_DECODE_ONLY", "cudagraph_mode PIECEWISE"))
+    assert main(["plan", "--check-launch", str(script), "--write", str(out)]) == 0
+    assert "--compilation_config.cudagraph_mode FULL_DECODE_ONLY \\" in out.read_text()
+
+
+@pytest.mark.parametrize("case", ["input", "exists", "unfixable"])
+def test_write_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
+    script, out = users_script(tmp_path), tmp_path / "fixed.sh"
+    target = script if case == "input" else out
+    if case == "exists":
+        out.write_text("mine\n")
+    if case == "unfixable":
+        script.write_text(script.read_text().replace("--max-num-seqs 2", "--max-num-seqs 2 --gpu-memory-utilization 0.5"))
+    assert main(["plan", "--check-launch", str(script), "--cores", str(CORES), "--write", str(target)]) != 0
+    err = capsys.readouterr().err
+    expected = {"input": "that is the script being checked", "exists": "add --force", "unfixable": "not written"}[case]
+    assert expected in err, err
+    assert out.read_text() == "mine\n" if case == "exists" else not out.exists()
+    if case == "exists":
+        assert main(["plan", "--check-launch", str(script), "--cores", str(CORES), "--write", str(out), "--force"]) == 0
+        assert os.access(out, os.R_OK) and MARK in out.read_text()
