@@ -112,6 +112,21 @@ def png(text: str) -> Path:
     return path
 
 
+def _check_launch_arguments(p: argparse.ArgumentParser) -> None:
+    """--check-launch and what goes with it."""
+    p.add_argument("--check-launch", type=inputs.existing_file, metavar="FILE",
+                   help="check a serving script (generated or your own) against the plan at its settings")
+    p.add_argument("--write", type=inputs.output_file, metavar="OUT",
+                   help="with --check-launch: write the script with only what the check flags changed, each change "
+                        "under a comment saying why (never over the script; over an existing OUT only with --force)")
+    p.add_argument("--force", action="store_true", help="with --write: write over an existing OUT")
+    p.add_argument("--cores", type=count(1), metavar="N",
+                   help="with --check-launch: check LK_THREADS for a machine of N cores (default: this machine's)")
+    p.add_argument("--profile", type=inputs.existing_file, metavar="FILE",
+                   help="with --check-launch: advise the draft depth from this plan --measure profile "
+                        "(default: the committed H200 measurements)")
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=Path, default=EXAMPLE, help="model config.json (default: DeepSeek-V4-Flash example)")
     p.add_argument("--gpu-mem", type=size, default=size("32GiB"), help="memory of one GPU (default: 32GiB, RTX 5090)")
@@ -134,17 +149,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--launch", type=inputs.output_file, metavar="FILE",
                    help="write a serving script from the plan (with --measure: LK_THREADS and the adaptive profile)")
     p.add_argument("--model", help="the model folder the script serves (default: the folder of --config)")
-    p.add_argument("--check-launch", type=inputs.existing_file, metavar="FILE",
-                   help="check a serving script (generated or your own) against the plan at its settings")
-    p.add_argument("--write", type=inputs.output_file, metavar="OUT",
-                   help="with --check-launch: write the script with only what the check flags changed, each change "
-                        "under a comment saying why (never over the script; over an existing OUT only with --force)")
-    p.add_argument("--force", action="store_true", help="with --write: write over an existing OUT")
-    p.add_argument("--cores", type=count(1), metavar="N",
-                   help="with --check-launch: check LK_THREADS for a machine of N cores (default: this machine's)")
-    p.add_argument("--profile", type=inputs.existing_file, metavar="FILE",
-                   help="with --check-launch: advise the draft depth from this plan --measure profile "
-                        "(default: the committed H200 measurements)")
+    _check_launch_arguments(p)
     p.add_argument("--measure", action="store_true",
                    help="time lk_moe on this machine instead: cost curve per LK_THREADS, tok/s per draft-depth "
                         "policy, a step-cost profile for the adaptive policy (options below)")
@@ -322,6 +327,9 @@ def _finite(value: float) -> float | None:
 def main(args: argparse.Namespace) -> int:
     if args.check_launch:
         return check_launch(args)
+    given = [name for name in ("write", "profile", "cores", "force") if getattr(args, name)]
+    if given:
+        raise InputError(f"--{given[0]} applies to --check-launch only", "add --check-launch SCRIPT, or leave it out")
     profile = None
     if args.measure:
         done = measure(args)

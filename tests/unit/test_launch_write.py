@@ -77,3 +77,9 @@ def test_write_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str], case:
     if case == "exists":
         assert main(["plan", "--check-launch", str(script), "--cores", str(CORES), "--write", str(out), "--force"]) == 0
         assert os.access(out, os.R_OK) and MARK in out.read_text()
+
+
+@pytest.mark.parametrize("option", [["--write", "out.sh"], ["--cores", "8"], ["--force"]])
+def test_check_launch_options_alone_are_refused(option: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", *option]) == 2
+    assert f"{option[0]} applies to --check-launch only" in capsys.readouterr().err
