@@ -15,6 +15,7 @@ from ds4x.checkout import HOME
 from ds4x.core import draft_depth
 from ds4x.core.depth_estimates import expected_tokens_by_depth
 from ds4x.core.named_policies import named_policies
+from ds4x.errors import InputError
 
 RESULTS = "bench/results"
 RUNS = "h200-e2e*/e2e-spec.json"  # the end-to-end runs on the H200 stand-in, each policy per round and phase
@@ -94,7 +95,11 @@ def advise(spec: dict[str, Any], k: int, profile: tuple[dict[str, Any], Path] | 
     """The finding for a parsed --speculative-config, None when its policy is the advised one."""
     config = draft_depth.parse_draft_depth(spec.get("draft_depth"), k)
     if profile:
-        return from_profile(config, k, *profile)
+        try:
+            return from_profile(config, k, *profile)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            raise InputError(f"--profile {profile[1]}: not a plan --measure profile ({type(e).__name__}: "
+                             f"{str(e)[:100]})", "give the file plan --measure wrote (--profile-out)") from None
     current = policy_name(config, k)
     if current is None or isinstance(config, draft_depth.AdaptiveDepth):
         return None  # a policy of its own, or adaptive: measured within noise of the best fixed depth

@@ -54,3 +54,25 @@ def test_a_profile_gives_this_machines_figures(tmp_path: Path, capsys: pytest.Ca
     rate_0, rate_2 = 1.0, (1 + 0.39 + 0.39**2) / 2.98
     assert f"depth 0 yields {rate_0 / rate_2:.2f}x the tokens per step cost of depth 2" in line, line
     assert json.dumps(PROFILE["draft_depth"]) in line and str(profile) in line
+
+
+@pytest.mark.parametrize("profile", [{}, {"draft_depth": {"step_cost": [1.0, 0.0]}, "measured": {"acceptance": {}}},
+                                     {"draft_depth": {"step_cost": "fast"}, "measured": {"acceptance": {"reasoning": 1}}}])
+def test_a_profile_that_is_not_measures_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                          profile: dict[str, object]) -> None:
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile))
+    script = tmp_path / "serve.sh"
+    script.write_text(USERS.format(threads=1, spec=SPEC))
+    assert main(["plan", "--check-launch", str(script), "--profile", str(path)]) == 2
+    assert f"--profile {path}: not a plan --measure profile" in capsys.readouterr().err
+
+
+def test_the_issues_script_gets_one_finding_the_draft_depth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "serve.sh"
+    script.write_text(USERS.format(threads=12, spec=SPEC))  # LK_THREADS=12 and the dotted cudagraph_mode
+    assert main(["plan", "--check-launch", str(script), "--cores", "16"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith(("warning", "error"))] == \
+           [line for line in out if line.startswith("warning: fixed 2 verifies drafts while reasoning")], out
+    assert any("0 error(s), 1 warning(s)" in line for line in out), out
