@@ -99,9 +99,13 @@ def read(path: Path) -> Launch:
     or one long command line alike), as launch_args reads them."""
     text = read_text(path, "--check-launch ", 1 << 20)
     try:
-        return launch_args.with_vllm_parser(launch_args.read(text))
+        launch = launch_args.with_vllm_parser(launch_args.read(text))
     except launch_args.ScriptError as e:
         raise InputError(f"--check-launch {path}: {e}", "give a shell script with balanced quotes") from None
+    if launch.insert_at < 0:
+        raise InputError(f"--check-launch {path}: no `vllm serve` command in it",
+                         "give the script that starts the server with `vllm serve MODEL ...`")
+    return launch
 
 
 @dataclass
