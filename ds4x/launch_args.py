@@ -5,6 +5,7 @@ JSON values), each with where it sits in the text so that `--write` can change i
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -237,16 +238,30 @@ def json_object(raw: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+# where `vllm serve`'s parser is made: the fork's (and older vLLM's), then upstream's (0.32.0 and later)
+PARSER_MODULES = ("vllm.entrypoints.openai.cli_args", "vllm.entrypoints.launchers.cli_args")
+
+
+def vllm_parser() -> Any:
+    """`vllm serve`'s own argument parser, or None where vLLM is not importable in this Python."""
+    for name in PARSER_MODULES:
+        try:
+            make_arg_parser = importlib.import_module(name).make_arg_parser
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+        except (ImportError, AttributeError):
+            continue
+        return make_arg_parser(FlexibleArgumentParser())
+    return None
+
+
 def with_vllm_parser(launch: Launch) -> Launch:
     """The option values as the patched vLLM's own parser reads them, where vLLM
     is importable in this Python (else the reader's, which follow its rules)."""
-    try:
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
-    except ImportError:
+    parser = vllm_parser()
+    if parser is None:
         return launch
     try:
-        parsed = make_arg_parser(FlexibleArgumentParser()).parse_args(launch.argv)
+        parsed = parser.parse_args(launch.argv)
     except SystemExit:
         raise ScriptError("vLLM's own parser refuses the `vllm serve` arguments (its message is above)") from None
     for option in launch.options:

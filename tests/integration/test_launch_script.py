@@ -4,6 +4,7 @@ the LK_THREADS the script sets."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -46,3 +47,36 @@ def test_lk_moe_reads_lk_threads(lk_python: Path) -> None:
     where = subprocess.run([lk_python, "-c", find], capture_output=True, text=True, check=True).stdout.strip()
     binaries = [p for p in Path(where).rglob("*.so*") if p.is_file()]
     assert binaries and any(b"LK_THREADS" in p.read_bytes() for p in binaries)
+
+
+CHECK_WITH_VLLM = """
+import json
+from ds4x import launch_args
+from tests.unit.test_launch_args import SPEC, USERS
+
+def values(options):  # JSON values compared as values (vLLM writes them back with its own spacing)
+    return {k: json.loads(v) if v.startswith("{") else v for k, v in options.items()}
+
+
+text = USERS.format(threads=1, spec=SPEC)
+out = {"parser": launch_args.vllm_parser() is not None,
+       "agree": values(launch_args.with_vllm_parser(launch_args.read(text)).options)
+       == values(launch_args.read(text).options)}
+try:
+    launch_args.with_vllm_parser(launch_args.read(text.replace("--max-model-len 1048576", "--max-model-len lots")))
+    out["refused"] = False
+except launch_args.ScriptError as e:
+    out["refused"] = "vLLM's own parser refuses" in str(e)
+print(json.dumps(out))
+"""
+
+
+def test_check_launch_reads_the_users_script_with_vllms_own_parser(engine_python: Path) -> None:
+    """In a Python with vLLM (the CPU engine venv), --check-launch's reader and `vllm serve`'s own
+    parser agree on the user's kind of script, and vLLM's parser is really the one asked (it
+    refuses what only it checks)."""
+    root = Path(__file__).parents[2]
+    done = subprocess.run([engine_python, "-c", CHECK_WITH_VLLM], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == '{"parser": true, "agree": true, "refused": true}'

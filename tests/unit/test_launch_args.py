@@ -95,12 +95,6 @@ def test_the_users_script_has_no_false_warning(tmp_path: Path, capsys: pytest.Ca
     assert "cudagraph_mode" not in out, out
 
 
-def test_vllms_own_parser_agrees_with_the_reader() -> None:
-    pytest.importorskip("vllm.entrypoints.openai.cli_args", reason="vLLM is not installed in this Python")
-    text = USERS.format(threads=1, spec=SPEC)
-    assert launch_args.with_vllm_parser(launch_args.read(text)).options == launch_args.read(text).options
-
-
 def test_a_script_without_vllm_serve_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "other.sh"
     script.write_text("export LK_THREADS=1\necho vllm serve m  # not the command\n")
