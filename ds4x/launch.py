@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4x import launch_advice, launch_args
-from ds4x.core import draft_depth
+from ds4x.core import bounded, draft_depth
 from ds4x.core import moe_placement as mp
 from ds4x.core.named_policies import named_policies
 from ds4x.errors import InputError
@@ -130,13 +130,25 @@ def check(launch: Launch, args: PlanRequest, compute: Compute,
         why = "LK_THREADS is not set: lk_moe picks its own; plan --measure says which is fastest"
         warnings.append(why)
         found.fixes.append(launch_args.Fix("LK_THREADS", "", share, f"{why}; {LK_SHARE:.0%} of {cores} cores until then"))
-    elif not threads.isdigit() or not 0 < int(threads) < cores:
+    elif not _whole(threads):
+        errors.append(f"LK_THREADS={threads[:40]!r}: not a whole number of threads; give one, e.g. {share}")
+        found.fixes.append(launch_args.Fix("LK_THREADS", "", share, errors[-1]))
+    elif not 0 < int(threads) < cores:
         errors.append(f"LK_THREADS={threads} on {cores} cores: all cores (or more) is the 14x cliff; "
                       f"leave some free, e.g. {share} (plan --measure times it)")
         found.fixes.append(launch_args.Fix("LK_THREADS", "", share, errors[-1]))
     _check_memory(launch, args, compute, found)
     _check_depth(launch, found, profile)
     return found
+
+
+def _whole(text: str) -> bool:
+    """Written as a whole number of ASCII digits ('\u00b2' passes isdigit() and fails int())."""
+    try:
+        bounded.whole(text, 0, 2**31)
+    except bounded.BoundError:
+        return False
+    return True
 
 
 def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Findings) -> None:
@@ -182,7 +194,7 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
         warnings.append("no --speculative-config: no draft depth policy, no speculation")
         return
     try:
-        spec = json.loads(raw)
+        spec = bounded.loads(raw)
         k = spec["num_speculative_tokens"]
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"num_speculative_tokens={k!r}: expected a whole number >= 1, e.g. 2")
@@ -199,7 +211,12 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
 
 
 def _check_graphs(launch: Launch, found: Findings) -> None:
-    mode = launch_args.json_object(launch.options.get("--compilation-config")).get("cudagraph_mode")
+    raw = launch.options.get("--compilation-config")
+    if raw is not None and not isinstance(launch_args.json_or_text(raw), dict):
+        found.errors.append(f"--compilation-config {raw[:60]!r}: not a JSON object; vLLM refuses it, give e.g. "
+                            f"'{{\"cudagraph_mode\": \"FULL_DECODE_ONLY\"}}'")
+        return
+    mode = launch_args.json_object(raw).get("cudagraph_mode")
     if mode != "FULL_DECODE_ONLY":
         why = "decode steps verify in full graphs only with FULL_DECODE_ONLY"
         found.warnings.append(f"cudagraph_mode {mode or 'unset'}: {why} (--compilation-config)")

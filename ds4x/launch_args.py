@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ds4x.core import bounded
+
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
 _OPERATORS = ";&|()"
 FLAGS = frozenset({"--trust-remote-code", "--enforce-eager", "--enable-prefix-caching", "--no-enable-prefix-caching",
@@ -217,7 +219,7 @@ def _serve(launch: Launch, args: list[Word], serve_end: int, line: int) -> None:
         if slot:
             launch.option_slots[(option, key)] = slot
         if key:
-            dotted.setdefault(option, {})[key] = _json_or_text(value)
+            dotted.setdefault(option, {})[key] = json_or_text(value)
         else:
             launch.options[option] = value
         i += 1
@@ -225,16 +227,17 @@ def _serve(launch: Launch, args: list[Word], serve_end: int, line: int) -> None:
         launch.options[option] = json.dumps({**json_object(launch.options.get(option)), **keys})
 
 
-def _json_or_text(value: str) -> Any:
+def json_or_text(value: str) -> Any:
+    """An option's value as vLLM reads it: JSON where it parses (bounded in depth, numbers finite), else the text."""
     try:
-        return json.loads(value)
-    except ValueError:
+        return bounded.loads(value)
+    except bounded.BoundError:
         return value
 
 
 def json_object(raw: str | None) -> dict[str, Any]:
     """An option's JSON object; {} when unset or not an object."""
-    value = _json_or_text(raw) if raw else {}
+    value = json_or_text(raw) if raw else {}
     return value if isinstance(value, dict) else {}
 
 

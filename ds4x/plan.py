@@ -19,6 +19,7 @@ from typing import Any
 
 from ds4x import inputs, launch, launch_args, launch_write
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
+from ds4x.core import bounded
 from ds4x.core import depth_sim as sim
 from ds4x.core import measure_analysis as analysis
 from ds4x.core import moe_placement as mp
@@ -40,6 +41,9 @@ def measure_module() -> ModuleType:
 
 KV_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "fp8_e5m2", "auto", "bf16", "bfloat16")
 _MAX_TEXT = 40  # longer values are cut in messages
+MAX_MODEL_LEN = 2**24  # 16M tokens: far above the model's 1M context, low enough that the KV arithmetic stays quick
+MAX_PARALLEL = 64  # --tp, --pp and --draft-layers: above any one host
+MAX_CORES = 2**16
 MAX_COUNT = 1e18  # routed tokens per expert: far above any trace, low enough that sums stay exact enough
 
 
@@ -64,19 +68,6 @@ def positive_size(text: str) -> int:
     return value
 
 
-def count(low: int) -> Any:
-    """An integer option of at least `low` (argparse type)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text) if len(text) <= _MAX_TEXT else None
-        except ValueError:
-            value = None
-        if value is None or value < low:
-            raise argparse.ArgumentTypeError(f"{_shown(text)}: expected an integer >= {low}")
-        return value
-    return parse
-
-
 def _float(text: str) -> float | None:
     """text as a number, None when it is not one (or too long to be one)."""
     try:
@@ -87,8 +78,11 @@ def _float(text: str) -> float | None:
 
 def fraction(text: str) -> float:
     """gpu_memory_utilization: in (0, 1]."""
-    value = _float(text)
-    if value is None or not 0 < value <= 1:
+    try:
+        value: float | None = bounded.rate(text, 0, 1)
+    except bounded.BoundError:
+        value = None
+    if value is None or value == 0:
         raise argparse.ArgumentTypeError(f"{_shown(text)}: expected a fraction in (0, 1], e.g. 0.92")
     return value
 
@@ -120,7 +114,7 @@ def _check_launch_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --check-launch: write the script with only what the check flags changed, each change "
                         "under a comment saying why (never over the script; over an existing OUT only with --force)")
     p.add_argument("--force", action="store_true", help="with --write: write over an existing OUT")
-    p.add_argument("--cores", type=count(1), metavar="N",
+    p.add_argument("--cores", type=bounded.count(1, MAX_CORES), metavar="N",
                    help="with --check-launch: check LK_THREADS for a machine of N cores (default: this machine's)")
     p.add_argument("--profile", type=inputs.existing_file, metavar="FILE",
                    help="with --check-launch: advise the draft depth from this plan --measure profile "
@@ -128,21 +122,22 @@ def _check_launch_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    most_k, most_seqs = measure_module().MAX_K, measure_module().MAX_SEQS  # measure's bounds, for plan's options too
     p.add_argument("--config", type=Path, default=EXAMPLE, help="model config.json (default: DeepSeek-V4-Flash example)")
     p.add_argument("--gpu-mem", type=size, default=size("32GiB"), help="memory of one GPU (default: 32GiB, RTX 5090)")
     p.add_argument("--gpu-memory-utilization", type=fraction, default=0.92, help="vLLM's setting (default: 0.92)")
-    p.add_argument("--max-model-len", type=count(1), default=1048576, help="tokens (default: 1048576)")
+    p.add_argument("--max-model-len", type=bounded.count(1, MAX_MODEL_LEN), default=1048576, help="tokens (default: 1048576)")
     p.add_argument("--kv-cache-dtype", default="fp8_ds_mla", choices=KV_DTYPES, help="default: fp8_ds_mla")
-    p.add_argument("--max-num-seqs", type=count(1), default=2,
+    p.add_argument("--max-num-seqs", type=bounded.count(1, most_seqs), default=2,
                    help="requests decoding together; they share one max-model-len KV pool (default: 2)")
-    p.add_argument("--tp", type=count(1), default=1, help="tensor-parallel size")
-    p.add_argument("--pp", type=count(1), default=1, help="pipeline-parallel size")
-    p.add_argument("--draft-layers", type=count(0), default=DSPARK_LAYERS,
+    p.add_argument("--tp", type=bounded.count(1, MAX_PARALLEL), default=1, help="tensor-parallel size")
+    p.add_argument("--pp", type=bounded.count(1, MAX_PARALLEL), default=1, help="pipeline-parallel size")
+    p.add_argument("--draft-layers", type=bounded.count(0, MAX_PARALLEL), default=DSPARK_LAYERS,
                    help=f"draft layers on the GPU's budget (default: {DSPARK_LAYERS}, DSpark's; MTP: 1, none: 0)")
     p.add_argument("--cpu-draft-layers", action="store_true", help="keep draft layers on the CPU")
     p.add_argument("--reserve", type=size, default=size("1.5GiB"), help="activations, CUDA graphs (default: 1.5GiB)")
     p.add_argument("--ram-bandwidth", type=positive_size, default=size("89.6GB"), help="bytes/s (default: 89.6GB, DDR5-5600 x2)")
-    p.add_argument("--verify-tokens", type=count(1), help="tokens per request and decode step (default: 1 + K, -k below)")
+    p.add_argument("--verify-tokens", type=bounded.count(1, most_k + 1), help="tokens per request and decode step (default: 1 + K, -k below)")
     p.add_argument("--routing-stats", type=Path, help='JSON {"<layer>": [count per expert, ...]} to rank layers')
     p.add_argument("--plot", type=png, help="write a PNG of the decode ceiling against resident layers")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")

@@ -141,9 +141,10 @@ def test_roll_to_names_a_version(capsys: pytest.CaptureFixture[str], to: str) ->
     [
         (["--budget", "nan"], "--budget nan: give seconds in (0, 86400]"),
         (["--budget", "inf"], "--budget inf: give seconds in (0, 86400]"),
-        (["-k", "1000000"], "-k must be in 1..16"),
+        (["-k", "1000000"], "--num-speculative-tokens/-k: '1000000': expected a whole number in 1..16"),
         (["--gpu-ms", "nan"], "--gpu-ms nan: one figure in 0..60000 ms"),
-        (["--threads", "1000000000"], "--threads 1000000000: up to 64 values in 1.."),
+        (["--threads", "1000000000"], "--threads: '1000000000': expected a whole number in 1..4096"),
+        (["--threads", "4096"], "--threads 4096: up to 64 values in 1.."),
         (["--python", "/nonexistent/python"], "--python /nonexistent/python: not found"),
     ],
 )
@@ -182,11 +183,20 @@ def test_config_values_below_their_minimum(capsys: pytest.CaptureFixture[str], t
         assert message in refused(capsys, "plan", "--config", config(tmp_path, **changes), *json_out)
 
 
-@pytest.mark.parametrize("text", ['{"vocab_size": NaN}', '{"vocab_size": 1e400}', '{"vocab_size": Infinity}'])
-def test_config_non_finite_numbers(capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str) -> None:
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"vocab_size": NaN}', "vocab_size: nan is not a finite number"),
+    ('{"vocab_size": 1e400}', "vocab_size: inf is not a finite number"),
+    ('{"vocab_size": Infinity}', "vocab_size: inf is not a finite number"),
+    ('{"a": {"b": [1, -1e999]}}', "a.b[1]: -inf is not a finite number"),
+    ('{"a": ' + "[" * 100000 + "]" * 100000 + "}", "nested deeper than 32"),
+    ('{"a": ' + "[" * 40 + "]" * 40 + "}", "nested deeper than 32"),
+])
+def test_config_json_bounded_and_finite(capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str,
+                                        message: str) -> None:
     (tmp_path / "c.json").write_text(text)
     for command in (["plan"], ["plan", "--measure"]):
-        assert "is not a finite number" in refused(capsys, *command, "--config", str(tmp_path / "c.json"))
+        assert f"--config {tmp_path / 'c.json'}: {message}" in refused(capsys, *command, "--config", str(tmp_path / "c.json"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json"]
 
 
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")

@@ -47,7 +47,8 @@ def test_the_generated_script_runs_and_passes_its_check(tmp_path: Path, capsys: 
     assert main(["plan", "--check-launch", str(script)]) == (1 if (os.cpu_count() or 1) == 1 else 0)
 
 
-def hand_written(tmp_path: Path, threads: int, layers: str = "0,1", util: str = "0.92", spec: str = SPEC) -> Path:
+def hand_written(tmp_path: Path, threads: int | str, layers: str = "0,1", util: str = "0.92", spec: str = SPEC,
+                 compilation: str = '{"cudagraph_mode": "FULL_DECODE_ONLY"}') -> Path:
     path = tmp_path / "mine.sh"
     path.write_text(f"""#!/bin/bash
 export LVLLM_MOE_NUMA_ENABLED=1
@@ -55,7 +56,7 @@ export LVLLM_GPU_RESIDENT_MOE_LAYERS={layers}   # my layers
 export LK_THREADS={threads}
 vllm serve /models/DeepSeek-V4-Flash --max-model-len 1048576 --max-num-seqs 2 \\
   --gpu-memory-utilization {util} --kv-cache-dtype fp8_ds_mla \\
-  --speculative-config '{spec}' --compilation-config '{{"cudagraph_mode": "FULL_DECODE_ONLY"}}'
+  --speculative-config '{spec}' --compilation-config '{compilation}'
 """)
     return path
 
@@ -67,6 +68,12 @@ vllm serve /models/DeepSeek-V4-Flash --max-model-len 1048576 --max-num-seqs 2 \\
     ({"util": "0.5"}, "the model does not fit"),
     ({"spec": '{"method": "dspark", "num_speculative_tokens": 2, "draft_depth": {"policy": "fast"}}'},
      "--speculative-config: speculative_config.draft_depth.policy='fast'"),
+    ({"threads": "\u00b2"}, "LK_THREADS='\u00b2': not a whole number of threads"),
+    ({"spec": '{"num_speculative_tokens": 2, "x": ' + "[" * 5000 + "]" * 5000 + "}"},
+     "--speculative-config: nested deeper than 32"),
+    ({"spec": '{"num_speculative_tokens": 2, "draft_depth": {"policy": "phase", "step_cost": [1, NaN]}}'},
+     "--speculative-config: draft_depth.step_cost[1]: nan is not a finite number"),
+    ({"compilation": "[1, 2]"}, "--compilation-config '[1, 2]': not a JSON object"),
 ])
 def test_check_launch_names_each_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, object],
                                        message: str) -> None:

@@ -25,13 +25,24 @@ def example(**changes: object) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--max-model-len", "0"], "--max-model-len: '0': expected an integer >= 1"),
-        (["--max-model-len", "-5"], "--max-model-len: '-5': expected an integer >= 1"),
-        (["--max-num-seqs", "1.5"], "--max-num-seqs: '1.5': expected an integer >= 1"),
-        (["--tp", "0"], "--tp: '0': expected an integer >= 1"),
+        (["--max-model-len", "0"], "--max-model-len: '0': expected a whole number in 1..16777216"),
+        (["--max-model-len", "-5"], "--max-model-len: '-5': expected a whole number in 1..16777216"),
+        (["--max-model-len", "1" + "0" * 12], "--max-model-len: '1000000000000': expected a whole number in 1..16777216"),
+        (["--max-model-len", "\u00b2"], "--max-model-len: '\u00b2': expected a whole number in 1..16777216"),
+        (["--max-num-seqs", "1.5"], "--max-num-seqs: '1.5': expected a whole number in 1..1024"),
+        (["--max-num-seqs", "1000000000"], "--max-num-seqs: '1000000000': expected a whole number in 1..1024"),
+        (["--tp", "0"], "--tp: '0': expected a whole number in 1..64"),
+        (["--tp", "\u0661\u0662"], "--tp: '\u0661\u0662': expected a whole number in 1..64"),
         (["--pp", LONG], "--pp: '9999"),
-        (["--draft-layers", "-1"], "--draft-layers: '-1': expected an integer >= 0"),
-        (["--verify-tokens", "0"], "--verify-tokens: '0': expected an integer >= 1"),
+        (["--draft-layers", "-1"], "--draft-layers: '-1': expected a whole number in 0..64"),
+        (["--verify-tokens", "0"], "--verify-tokens: '0': expected a whole number in 1..17"),
+        (["--verify-tokens", "1000000000"], "--verify-tokens: '1000000000': expected a whole number in 1..17"),
+        (["-k", "0"], "--num-speculative-tokens/-k: '0': expected a whole number in 1..16"),
+        (["-k", "1" + "0" * 30], "--num-speculative-tokens/-k: '1000000000000000000000000000000': expected a whole"),
+        (["--threads", "\u00b2"], "--threads: '\u00b2': expected a whole number in 1..4096"),
+        (["--cores", "0", "--check-launch", str(EXAMPLE)], "--cores: '0': expected a whole number in 1..65536"),
+        (["--acceptance", "nan", "0.5"], "--acceptance: 'nan': expected a number in [0, 1]"),
+        (["--acceptance", "0.4", "1.5"], "--acceptance: '1.5': expected a number in [0, 1]"),
         (["--gpu-memory-utilization", "0"], "expected a fraction in (0, 1]"),
         (["--gpu-memory-utilization", "1.5"], "expected a fraction in (0, 1]"),
         (["--gpu-memory-utilization", "nan"], "expected a fraction in (0, 1]"),
@@ -52,7 +63,8 @@ def test_bad_options_exit_2_naming_the_option(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as exit:
         main(["plan", *args])
     err = capsys.readouterr().err
-    assert exit.value.code == 2 and message in err and len(err) < 3000
+    assert exit.value.code == 2 and message in err and len(err) < 3000 and "Traceback" not in err
+    assert len([line for line in err.splitlines() if "error:" in line]) == 1
 
 
 @pytest.mark.parametrize(

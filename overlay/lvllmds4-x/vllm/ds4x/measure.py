@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import statistics
@@ -29,6 +28,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
+
+if __name__ != "__main__":  # the timing worker runs this file by path, outside the package, and parses nothing
+    from . import bounded
 
 if TYPE_CHECKING:
     from .moe_placement import ModelShape
@@ -42,6 +44,7 @@ MAX_JSON_BYTES = 16 * 2**20  # far above any config.json or routing statistics; 
 MAX_K, MAX_SEQS = 16, 1024  # the token counts timed grow as their product
 MAX_BUDGET_S, MAX_GPU_MS = 86400, 60000  # a day of timing; a minute per step
 MAX_THREADS_PER_CORE = 8  # LK_THREADS above the core count is the trap measured; far above it, a typo
+MAX_THREADS = 4096  # the parse's bound; check() holds --threads to MAX_THREADS_PER_CORE x this machine's cores
 DEFAULT_GPU_MS = 28.5  # the GPU side of DeepSeek-V4-Flash's K=2 step on an RTX 5090 (153.5 - 125.0 ms reported)
 
 
@@ -270,14 +273,14 @@ def add_arguments(p: argparse.ArgumentParser, shared: bool = True) -> None:
     """shared: also --config, --max-num-seqs and --plot (plan has its own)."""
     if shared:
         p.add_argument("--config", type=Path, required=True, help="the model's config.json")
-        p.add_argument("--max-num-seqs", type=int, default=1, help="requests per batch to time (default 1)")
+        p.add_argument("--max-num-seqs", type=bounded.count(1, MAX_SEQS), default=1, help="requests per batch to time (default 1)")
         p.add_argument("--plot", type=Path, help="write a PNG of the curve per LK_THREADS")
     p.add_argument("--format", choices=["auto", "mxfp4", "bf16"], default="auto",
                    help="expert format (auto: the config's expert_dtype; fp4 -> mxfp4)")
-    p.add_argument("--num-speculative-tokens", "-k", type=int, default=2, help="K: draft depths 0..K (default 2)")
-    p.add_argument("--threads", type=int, nargs="+", help="LK_THREADS values (default: up to the core count)")
+    p.add_argument("--num-speculative-tokens", "-k", type=bounded.count(1, MAX_K), default=2, help="K: draft depths 0..K (default 2)")
+    p.add_argument("--threads", type=bounded.count(1, MAX_THREADS), nargs="+", help="LK_THREADS values (default: up to the core count)")
     p.add_argument("--budget", type=float, default=90.0, help="seconds of timing in all (default 90)")
-    p.add_argument("--acceptance", type=float, nargs=2, metavar=("REASONING", "ANSWER"), default=(0.39, 0.89),
+    p.add_argument("--acceptance", type=bounded.fraction(0, 1), nargs=2, metavar=("REASONING", "ANSWER"), default=(0.39, 0.89),
                    help="draft acceptance per phase at depth K (default 0.39 0.89, DSpark K=2 as reported)")
     p.add_argument("--gpu-ms", type=float, nargs="+", default=[DEFAULT_GPU_MS], metavar="MS",
                    help=f"the rest of a decode step besides the CPU experts (GPU side, drafter, scheduler) in ms: "
@@ -300,17 +303,6 @@ def cli(argv: list[str]) -> int:
         return e.exit_code
 
 
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a finite number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text[:40]} is not a finite number")
-    return value
-
-
 def read_json(path: Path, what: str) -> dict[str, Any]:
     """A JSON object file (config.json, routing statistics) of at most
     MAX_JSON_BYTES, in UTF-8, every number finite; `what` is the option."""
@@ -320,7 +312,7 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
             data = f.read(MAX_JSON_BYTES + 1)
         if len(data) > MAX_JSON_BYTES:
             raise MeasureError(f"{where}: larger than {MAX_JSON_BYTES >> 20} MiB; give the model's config.json")
-        found = json.loads(data.decode("utf-8"), parse_constant=_no_constant, parse_float=_finite)
+        found = bounded.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise MeasureError(f"{where}: not found") from None
     except IsADirectoryError:
@@ -329,7 +321,7 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
         raise MeasureError(f"{where}: {e.strerror}") from None
     except UnicodeDecodeError as e:
         raise MeasureError(f"{where}: byte {e.start} is not UTF-8; give a JSON file") from None
-    except ValueError as e:
+    except bounded.BoundError as e:
         raise MeasureError(f"{where}: {str(e)[:150]}; give a JSON file") from None
     if not isinstance(found, dict):
         raise MeasureError(f"{where}: a JSON {type(found).__name__}, not an object")
