@@ -19,7 +19,7 @@ from typing import Any
 
 from ds4x import inputs, launch, launch_args, launch_write
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
-from ds4x.core import bounded
+from ds4x.core import bounded, out_paths
 from ds4x.core import depth_sim as sim
 from ds4x.core import measure_analysis as analysis
 from ds4x.core import moe_placement as mp
@@ -113,7 +113,8 @@ def _check_launch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write", type=inputs.output_file, metavar="OUT",
                    help="with --check-launch: write the script with only what the check flags changed, each change "
                         "under a comment saying why (never over the script; over an existing OUT only with --force)")
-    p.add_argument("--force", action="store_true", help="with --write: write over an existing OUT")
+    p.add_argument("--force", action="store_true",
+                   help="write over an existing output file (--write, --launch, --plot, --profile-out)")
     p.add_argument("--cores", type=bounded.count(1, MAX_CORES), metavar="N",
                    help="with --check-launch: check LK_THREADS for a machine of N cores (default: this machine's)")
     p.add_argument("--profile", type=inputs.existing_file, metavar="FILE",
@@ -322,9 +323,11 @@ def _finite(value: float) -> float | None:
 def main(args: argparse.Namespace) -> int:
     if args.check_launch:
         return check_launch(args)
-    given = [name for name in ("write", "profile", "cores", "force") if getattr(args, name)]
+    given = [name for name in ("write", "profile", "cores") if getattr(args, name)]
     if given:
         raise InputError(f"--{given[0]} applies to --check-launch only", "add --check-launch SCRIPT, or leave it out")
+    _check_outputs(args, {"--launch": args.launch, "--plot": args.plot,
+                          "--profile-out": args.profile_out if args.measure else None})
     profile = None
     if args.measure:
         done = measure(args)
@@ -367,8 +370,7 @@ def main(args: argparse.Namespace) -> int:
 
 def check_launch(args: argparse.Namespace) -> int:
     """Every disagreement between a serving script and the plan at its settings; 1 on an error."""
-    if args.write:
-        _refuse_output(args.check_launch, args.write, args.force)
+    _check_outputs(args, {"--write": args.write})
     script = launch.read(args.check_launch)
     profile = (_load_json(args.profile, "--profile"), args.profile) if args.profile else None
     found = launch.check(script, PlanRequest.of(args), compute, profile, args.cores)
@@ -384,11 +386,13 @@ def check_launch(args: argparse.Namespace) -> int:
     return 1 if found.errors else 0
 
 
-def _refuse_output(script: Path, out: Path, force: bool) -> None:
-    if out.exists() and out.resolve() == script.resolve():
-        raise InputError(f"--write {out}: that is the script being checked", "give a new file, e.g. serve-fixed.sh")
-    if out.exists() and not force:
-        raise InputError(f"--write {out}: exists", "give a new file, or add --force to write over it")
+def _check_outputs(args: argparse.Namespace, outputs: dict[str, Path | None]) -> None:
+    """Every output checked before the work that fills it: none is an input, none written over without --force."""
+    given = {"--config": args.config, "--routing-stats": args.routing_stats, "--profile": args.profile,
+             "--check-launch": args.check_launch}
+    why = out_paths.refusal(outputs, given, args.force)
+    if why:
+        raise InputError(why)
 
 
 def write_fixed(args: argparse.Namespace, script: launch_args.Launch, found: launch.Findings,

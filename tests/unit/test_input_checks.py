@@ -153,7 +153,7 @@ def test_measure_numbers_and_programs(capsys: pytest.CaptureFixture[str], args: 
 
 
 def test_measure_outputs_and_python(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert f"--profile-out {tmp_path} is a folder" in refused(capsys, "plan", "--measure", "--profile-out", str(tmp_path))
+    assert f"--profile-out {tmp_path}: a folder; give a file name" in refused(capsys, "plan", "--measure", "--profile-out", str(tmp_path))
     script = tmp_path / "python"
     script.write_text("#!/bin/sh\n")
     assert f"--python {script}: is not executable" in refused(capsys, "plan", "--measure", "--python", str(script))

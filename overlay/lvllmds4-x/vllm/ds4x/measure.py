@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 if __name__ != "__main__":  # the timing worker runs this file by path, outside the package, and parses nothing
-    from . import bounded
+    from . import bounded, out_paths
 
 if TYPE_CHECKING:
     from .moe_placement import ModelShape
@@ -275,6 +275,7 @@ def add_arguments(p: argparse.ArgumentParser, shared: bool = True) -> None:
         p.add_argument("--config", type=Path, required=True, help="the model's config.json")
         p.add_argument("--max-num-seqs", type=bounded.count(1, MAX_SEQS), default=1, help="requests per batch to time (default 1)")
         p.add_argument("--plot", type=Path, help="write a PNG of the curve per LK_THREADS")
+        p.add_argument("--force", action="store_true", help="write over an existing --profile-out or --plot")
     p.add_argument("--format", choices=["auto", "mxfp4", "bf16"], default="auto",
                    help="expert format (auto: the config's expert_dtype; fp4 -> mxfp4)")
     p.add_argument("--num-speculative-tokens", "-k", type=bounded.count(1, MAX_K), default=2, help="K: draft depths 0..K (default 2)")
@@ -354,9 +355,10 @@ def check(args: argparse.Namespace) -> None:
     if args.profile_out.is_dir():
         raise MeasureError(f"{where}: --profile-out {args.profile_out} is a folder; give a file name, e.g. "
                            f"{args.profile_out / 'ds4x-step-cost.json'}")
-    out = args.profile_out.resolve().parent
-    if not out.is_dir() or not os.access(out, os.W_OK):
-        raise MeasureError(f"{where}: --profile-out {args.profile_out}: folder {out} does not exist or is not writable")
+    why = out_paths.refusal({"--profile-out": args.profile_out, "--plot": args.plot}, {"--config": args.config},
+                            args.force)
+    if why:
+        raise MeasureError(f"{where}: {why}")
     if args.plot is not None:
         if args.plot.suffix.lower() != ".png":
             raise MeasureError(f"{where}: --plot {args.plot}: give a .png path")
@@ -420,7 +422,12 @@ def main(args: argparse.Namespace) -> int:
     predicted, lines = analysis.predict(best, k, *shape, args.acceptance)
     print("\n".join(lines))
     profile = analysis.profile(best, runs, fmt, k, *shape, args.acceptance, predicted)
-    args.profile_out.write_text(json.dumps(profile, indent=2) + "\n")
+    part = args.profile_out.with_name(f".{args.profile_out.name}.part-{os.getpid()}")
+    try:  # built aside, then renamed into place: a reader sees the old profile whole or the new one
+        part.write_text(json.dumps(profile, indent=2) + "\n")
+        os.replace(part, args.profile_out)
+    finally:
+        part.unlink(missing_ok=True)
     spec_config = {"method": "dspark", "num_speculative_tokens": k, "draft_depth": profile["draft_depth"]}
     print(f"\nprofile: {args.profile_out}; start adaptive from it with\n  --speculative-config "
           f"'{json.dumps(spec_config)}'\n  and LK_THREADS={best['threads']}")
