@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ds4x import __version__, inputs, log, pins, words
 from ds4x.checkout import HOME, Checkout
+from ds4x.core import out_paths
 from ds4x.errors import EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Ds4xError, InputError, Terminated
 from ds4x.log import logger
 from ds4x.scratch import atomic_write
@@ -337,8 +338,9 @@ def _check_inputs(args: argparse.Namespace) -> None:
         return
     pins.load(args.pins)
     _settings(args)
-    if getattr(args, "mbox", None) and args.mbox.exists() and not args.force:
-        raise InputError(f"--mbox {args.mbox}: exists", "pass --force to write over it, or give another file")
+    why = out_paths.refusal({"--mbox": getattr(args, "mbox", None)}, {"--pins": args.pins}, getattr(args, "force", False))
+    if why:
+        raise InputError(why)
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -346,7 +348,12 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    try:
+        inputs.check_utf8(given)
+    except InputError as e:
+        return _said(e)
+    args = parser().parse_args(given)
     if threading.current_thread() is not threading.main_thread():  # only the main thread may take signals
         return _run(args)
     previous = signal.signal(signal.SIGTERM, _terminate)
@@ -375,11 +382,7 @@ def _run(args: argparse.Namespace) -> int:
             print("hint: install ds4x with its dependencies: pip install -e . (from the checkout)", file=sys.stderr)
         return EXIT_FAILED
     except Ds4xError as e:
-        message, hint = words.worded(e)
-        print(f"error: {message}", file=sys.stderr)
-        if hint:
-            print(f"hint: {hint}", file=sys.stderr)
-        return e.exit_code
+        return _said(e)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -390,6 +393,15 @@ def _run(args: argparse.Namespace) -> int:
         traceback.print_exc()
         print("error: this is a bug in ds4x; please report it with the output above", file=sys.stderr)
         return EXIT_BUG
+
+
+def _said(e: Ds4xError) -> int:
+    """The error and its hint on stderr; its exit code."""
+    message, hint = words.worded(e)
+    print(f"error: {message}", file=sys.stderr)
+    if hint:
+        print(f"hint: {hint}", file=sys.stderr)
+    return e.exit_code
 
 
 def main_entry() -> None:

@@ -16,6 +16,7 @@ from git import Repo
 
 from ds4x import gitops, overlay, series, workspace
 from ds4x.errors import InputError
+from ds4x.inputs import CONTROL
 from ds4x.scratch import scratch_dir
 from ds4x.sources import Base
 
@@ -121,6 +122,9 @@ def placement(patches: list[tuple[str, str]], files: dict[str, Path]) -> dict[st
 def author_of(given: str | None) -> str:
     """`--author`, else the caller's own git identity: it authors and signs off every patch."""
     if given is not None:
+        if CONTROL.search(given.strip()):
+            raise InputError(f"--author {given!r} holds a control character, which would break the patches' headers",
+                             "give it as --author 'Your Name <you@example.org>'")
         if not _AUTHOR.fullmatch(given.strip()):
             raise InputError(f"--author {given!r} is not 'Name <email>'", "give it as --author 'Your Name <you@example.org>'")
         return given.strip()

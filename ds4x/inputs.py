@@ -16,7 +16,7 @@ from ds4x.errors import InputError
 
 MAX_TEXT_BYTES = 64 * 2**20  # far above any pin file, series or patch; a cap so /dev/zero cannot fill memory
 _SHOWN = 60  # longer values are cut in messages
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def shown(value: object, limit: int = _SHOWN) -> str:
@@ -50,6 +50,18 @@ def read_text(path: Path, what: str = "", limit: int = MAX_TEXT_BYTES) -> str:
                          "save the file as UTF-8") from None
 
 
+def check_utf8(argv: list[str]) -> None:
+    """Every command-line argument valid UTF-8 (Python hands other bytes over as
+    lone surrogates, which no message, file or git header can hold)."""
+    for i, arg in enumerate(argv):
+        if any("\udc80" <= c <= "\udcff" for c in arg):
+            option = f" (of {argv[i - 1]})" if i and argv[i - 1].startswith("-") else ""
+            text = CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}",
+                               arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+            raise InputError(f"argument '{text[:_SHOWN]}'{option}: not valid UTF-8",
+                             "rename the file, or give the argument in UTF-8")
+
+
 def _line(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
@@ -64,7 +76,7 @@ def _bad(text: str, why: str) -> argparse.ArgumentTypeError:
 
 def plain_value(text: str) -> str:
     """A version or commit: not empty, no spaces or control characters."""
-    if not text or len(text) > 100 or text.strip() != text or any(c.isspace() for c in text) or _CONTROL.search(text):
+    if not text or len(text) > 100 or text.strip() != text or any(c.isspace() for c in text) or CONTROL.search(text):
         raise _bad(text, "expected a version (e.g. 0.33.0) or a commit id, without spaces")
     return text
 
@@ -146,7 +158,7 @@ def kernels(text: str) -> str:
     if where == text or not where:
         raise _bad(text, "expected source, release:TAG or wheel:PATH_OR_URL")
     if "://" in where:
-        if _CONTROL.search(where) or " " in where:
+        if CONTROL.search(where) or " " in where:
             raise _bad(text, "the URL holds spaces or control characters")
         url, sep, fragment = where.partition("#")
         if sep and not re.fullmatch(r"sha256=[0-9a-fA-F]{64}", fragment):

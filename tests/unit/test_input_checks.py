@@ -118,7 +118,7 @@ def test_export_outputs(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> N
     assert "argument --output: " in refused(capsys, *export, "--output", str(existing))
     assert "folder /nonexistent does not exist" in refused(capsys, *export, "--mbox", "/nonexistent/x.mbox")
     assert f"argument --mbox: '{tmp_path}': is a folder" in refused(capsys, *export, "--mbox", str(tmp_path))
-    assert f"--mbox {existing}: exists hint: pass --force" in refused(capsys, *export, "--mbox", str(existing))
+    assert f"--mbox {existing}: exists; give a new file, or add --force" in refused(capsys, *export, "--mbox", str(existing))
     both = refused(capsys, *export, "--output", str(tmp_path / "d"), "--mbox", str(tmp_path / "m"))
     assert "argument --mbox: not allowed with argument --output" in both
     assert existing.read_text() == "keep" and not (tmp_path / "d").exists() and not (tmp_path / "m").exists()
@@ -285,3 +285,19 @@ def test_cache_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkey
     assert f"{plain} is a file, not a folder" in refused(capsys, "fetch")
     assert "argument --cache-dir: " in refused(capsys, "fetch", "--cache-dir", str(plain))
     assert plain.read_text() == "" and os.path.isfile(plain)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["plan", "--config", "\udcff.json"], "argument '\\xff.json' (of --config): not valid UTF-8"),
+    (["plan", "--launch", "s\udce9.sh"], "argument 's\\xe9.sh' (of --launch): not valid UTF-8"),
+    (["plan", "--model", "a\n\udcff", "--launch", "s.sh"], "argument 'a\\x0a\\xff' (of --model): not valid UTF-8"),
+    (["export", "-t", "vllm", "--mbox", "m.txt", "--author", "A\x01 <a@example.org>"],
+     "--author 'A\\x01 <a@example.org>' holds a control character"),
+    (["export", "-t", "vllm", "--mbox", "m.txt", "--author", "A <a@example.org>\x1b[2J"],
+     "--author 'A <a@example.org>\\x1b[2J' holds a control character"),
+])
+def test_text_that_no_header_or_message_can_hold(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch, argv: list[str], message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert message in refused(capsys, *argv)
+    assert list(tmp_path.iterdir()) == []
