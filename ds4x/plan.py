@@ -44,7 +44,6 @@ _MAX_TEXT = 40  # longer values are cut in messages
 MAX_MODEL_LEN = 2**24  # 16M tokens: far above the model's 1M context, low enough that the KV arithmetic stays quick
 MAX_PARALLEL = 64  # --tp, --pp and --draft-layers: above any one host
 MAX_CORES = 2**16
-MAX_COUNT = 1e18  # routed tokens per expert: far above any trace, low enough that sums stay exact enough
 
 
 def _shown(text: str) -> str:
@@ -174,19 +173,11 @@ def _load_json(path: Path, what: str) -> dict[str, Any]:
 
 
 def _routing(path: Path, shape: Any) -> dict[int, list[float]]:
-    """--routing-stats: {"<MoE layer>": [count per expert, ...]}."""
-    raw = _load_json(path, "--routing-stats")
+    """--routing-stats, checked as the engine checks LVLLM_GPU_RESIDENT_ROUTING_STATS (mp.parse_routing)."""
     try:
-        routing = {int(layer): [float(c) for c in counts] for layer, counts in raw.items()}
-    except (TypeError, ValueError, OverflowError) as e:
-        raise InputError(f"--routing-stats {path}: {str(e)[:200]}", 'give {"<layer>": [count per expert, ...]}') from None
-    bad = [layer for layer, counts in routing.items()
-           if layer not in shape.moe_layers or len(counts) != shape.n_routed_experts
-           or not all(0 <= c <= MAX_COUNT for c in counts)]
-    if bad:
-        raise InputError(f"--routing-stats {path}: layer(s) {bad[:5]} are not MoE layers of the model or do not "
-                         f"hold {shape.n_routed_experts} counts in 0..{MAX_COUNT:.0e}", 'give {"<layer>": [count per expert, ...]}')
-    return routing
+        return mp.parse_routing(_load_json(path, "--routing-stats"), shape)
+    except mp.PlacementError as e:
+        raise InputError(f"--routing-stats {path}: {e}") from None
 
 
 def compute(args: PlanRequest) -> Plan:

@@ -283,6 +283,35 @@ def expected_distinct(probabilities: Sequence[float], tokens: int, top_k: int) -
     return sum(1 - (1 - p) ** draws for p in probabilities)
 
 
+MAX_COUNT = 1e18  # routed tokens per expert: far above any trace, low enough that sums stay exact enough
+_ROUTING_FIX = 'give {"<MoE layer>": [count per expert, ...]}'
+
+
+def parse_routing(raw: Any, shape: ModelShape) -> dict[int, list[float]]:
+    """Routing statistics, checked whole (plan --routing-stats and the engine's
+    LVLLM_GPU_RESIDENT_ROUTING_STATS): an object of MoE layers the model has,
+    each with one finite count in 0..MAX_COUNT per routed expert."""
+    if not isinstance(raw, dict):
+        raise PlacementError(f"a JSON {type(raw).__name__}, not an object; {_ROUTING_FIX}")
+    routing: dict[int, list[float]] = {}
+    for key, counts in raw.items():
+        layer = int(key) if key.isascii() and key.isdigit() and len(key) <= 9 else None
+        if layer is None or layer not in shape.moe_layers:
+            raise PlacementError(f"layer {_shown(key)}: not one of the model's {len(shape.moe_layers)} MoE layers "
+                                 f"({shape.moe_layers[0]}..{shape.moe_layers[-1]}); {_ROUTING_FIX}")
+        if not isinstance(counts, list) or len(counts) != shape.n_routed_experts:
+            got = f"{len(counts)} counts" if isinstance(counts, list) else f"a JSON {type(counts).__name__}"
+            raise PlacementError(f"layer {layer}: {got}, not one per routed expert ({shape.n_routed_experts}); "
+                                 f"{_ROUTING_FIX}")
+        bad = next((i for i, c in enumerate(counts)
+                    if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 <= c <= MAX_COUNT), None)
+        if bad is not None:
+            raise PlacementError(f"layer {layer}, expert {bad}: {_shown(repr(counts[bad]))} is not a count in "
+                                 f"0..{MAX_COUNT:.0e}")
+        routing[layer] = [float(c) for c in counts]
+    return routing
+
+
 def layer_scores(shape: ModelShape, tokens: int, routing: Mapping[int, Sequence[float]] | None) -> dict[int, float]:
     """Expected distinct experts per verify step for each MoE layer: the expert
     bytes a resident layer saves reading from RAM every step. Without routing

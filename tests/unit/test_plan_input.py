@@ -116,22 +116,63 @@ def test_json_is_strict_when_nothing_is_left_on_the_cpu(capsys: pytest.CaptureFi
     assert "no RAM-bandwidth bound: no MoE layer is left on the CPU" in out
 
 
-@pytest.mark.parametrize(
-    ("stats", "message"),
-    [
-        ({"x": [1]}, "invalid literal for int() with base 10: 'x'"),
-        ({"0": "abc"}, "could not convert string to float"),
-        ({"0": [1, 2]}, "layer(s) [0] are not MoE layers of the model or do not hold 256 counts in 0..1e+18"),
-        ({"99": [1] * 256}, "layer(s) [99] are not MoE layers"),
-    ],
-)
-def test_bad_routing_stats_name_their_file(capsys: pytest.CaptureFixture[str], tmp_path: Path, stats: dict[str, Any],
+def residency_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """The engine's moe_residency, with the overlay package and a logger standing in for vllm.ds4x and vllm.logger."""
+    from ds4x.overlay import load_module, overlay_package
+    logger_module = types.ModuleType("vllm.logger")
+    logger_module.init_logger = logging.getLogger  # type: ignore[attr-defined]
+    for name, module in (("vllm", types.ModuleType("vllm")), ("vllm.ds4x", overlay_package()),
+                         ("vllm.logger", logger_module)):
+        monkeypatch.setitem(sys.modules, name, module)
+    return load_module("lvllmds4-x/vllm/ds4x/moe_residency.py")
+
+
+ROUTING_CASES = [
+    ("[1, 2]", "a JSON list, not an object"),
+    ('{"x": [1]}', "layer 'x': not one of the model's 43 MoE layers (0..42)"),
+    ('{"\u00b2": [1]}', "layer '\u00b2': not one of the model's 43 MoE layers"),
+    ('{"99": [1]}', "layer '99': not one of the model's 43 MoE layers"),
+    ('{"0": "abc"}', "layer 0: a JSON str, not one per routed expert (256)"),
+    ('{"0": [1, 2]}', "layer 0: 2 counts, not one per routed expert (256)"),
+    ('{"0": [' + ", ".join(["1"] * 255 + ["NaN"]) + "]}", "0[255]: nan is not a finite number"),
+    ('{"0": [' + ", ".join(["1"] * 255 + ["-1"]) + "]}", "layer 0, expert 255: '-1' is not a count in 0..1e+18"),
+    ('{"0": [' + ", ".join(["1"] * 255 + ["true"]) + "]}", "layer 0, expert 255: 'True' is not a count"),
+    ('{"0": [' + ", ".join(["1"] * 255 + ['"5"']) + "]}", "layer 0, expert 255: \"'5'\" is not a count"),
+    ('{"0": ' + "[" * 50 + "]" * 50 + "}", "nested deeper than 32"),
+]
+
+
+@pytest.mark.parametrize(("stats", "message"), ROUTING_CASES)
+def test_bad_routing_stats_name_their_file(capsys: pytest.CaptureFixture[str], tmp_path: Path, stats: str,
                                            message: str) -> None:
     path = tmp_path / "routing.json"
-    path.write_text(json.dumps(stats))
+    path.write_text(stats)
     assert main(["plan", "--routing-stats", str(path)]) == 2
     err = capsys.readouterr().err
-    assert f"--routing-stats {path}: " in err and message in err
+    assert f"--routing-stats {path}: " in err and message in err and "Traceback" not in err, err
+    assert [p.name for p in tmp_path.iterdir()] == ["routing.json"]
+
+
+@pytest.mark.parametrize(("stats", "message"), ROUTING_CASES)
+def test_the_engine_refuses_what_plan_refuses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stats: str,
+                                              message: str) -> None:
+    residency = residency_module(monkeypatch)
+    mp = residency.mp
+    path = tmp_path / "routing.json"
+    path.write_text(stats)
+    monkeypatch.setenv(mp.ROUTING_ENV, str(path))
+    with pytest.raises(mp.PlacementError) as refused:
+        residency.routing_stats(mp.model_shape(example()))
+    assert str(refused.value).startswith(f"{mp.ROUTING_ENV}={str(path)!r}: ") and message in str(refused.value)
+
+
+def test_the_engine_reads_good_routing_stats(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    residency = residency_module(monkeypatch)
+    mp = residency.mp
+    path = tmp_path / "routing.json"
+    path.write_text(json.dumps({"3": list(range(256))}))
+    monkeypatch.setenv(mp.ROUTING_ENV, str(path))
+    assert residency.routing_stats(mp.model_shape(example())) == {3: [float(c) for c in range(256)]}
 
 
 def test_plan_and_the_engines_auto_call_one_budget(capsys: pytest.CaptureFixture[str],
@@ -143,14 +184,7 @@ def test_plan_and_the_engines_auto_call_one_budget(capsys: pytest.CaptureFixture
     assert main(["plan", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["resident"] == [0, 1]
-    # the engine module imports vllm.ds4x and vllm.logger: the overlay package and a logger stand in
-    from ds4x.overlay import load_module, overlay_package
-    logger_module = types.ModuleType("vllm.logger")
-    logger_module.init_logger = logging.getLogger  # type: ignore[attr-defined]
-    for name, module in (("vllm", types.ModuleType("vllm")), ("vllm.ds4x", overlay_package()),
-                         ("vllm.logger", logger_module)):
-        monkeypatch.setitem(sys.modules, name, module)
-    residency = load_module("lvllmds4-x/vllm/ds4x/moe_residency.py")
+    residency = residency_module(monkeypatch)
     ns = types.SimpleNamespace
     vllm_config = ns(
         model_config=ns(hf_text_config=ns(to_dict=example), max_model_len=1048576),

@@ -4,10 +4,10 @@
 Placement per process, decided before the first expert weight is created and
 logged once. The arithmetic lives in vllm.ds4x.moe_placement."""
 
-import json
 import os
 from typing import Any
 
+from vllm.ds4x import bounded
 from vllm.ds4x import moe_placement as mp
 from vllm.logger import init_logger
 
@@ -31,16 +31,18 @@ def read_env() -> tuple[mp.Selection, bool]:
     return selection, mp.parse_flag(os.environ.get(mp.DRAFT_ENV), mp.DRAFT_ENV, default=True)
 
 
-def routing_stats() -> dict[int, list[float]] | None:
+def routing_stats(shape: mp.ModelShape) -> dict[int, list[float]] | None:
     """Expert counts per layer (JSON {"<layer>": [count per expert]}) to rank
-    layers for `auto`, from LVLLM_GPU_RESIDENT_ROUTING_STATS when set."""
+    layers for `auto`, from LVLLM_GPU_RESIDENT_ROUTING_STATS when set, checked
+    as `plan --routing-stats` checks them (mp.parse_routing)."""
     path = os.environ.get(mp.ROUTING_ENV)
     if not path:
         return None
     try:
-        with open(path) as f:
-            return {int(layer): counts for layer, counts in json.load(f).items()}
-    except (OSError, ValueError) as e:
+        with open(path, "rb") as f:
+            data = f.read(bounded.MAX_JSON_BYTES + 1)
+        return mp.parse_routing(bounded.loads(data.decode("utf-8")), shape)
+    except (OSError, ValueError) as e:  # BoundError, PlacementError and UnicodeDecodeError are ValueErrors
         raise mp.PlacementError(f"{mp.ROUTING_ENV}={path!r}: {e}") from e
 
 
@@ -77,7 +79,7 @@ def decide(vllm_config: Any, selection: mp.Selection, draft_resident: bool) -> m
         draft_resident=draft_resident,
         tp_size=parallel.tensor_parallel_size,
         verify_tokens=1 + (spec.num_speculative_tokens if spec else 0),
-        routing=routing_stats(),
+        routing=routing_stats(shape),
     )
     global _planned
     text = mp.summary(shape, placement, plan, parallel.tensor_parallel_size)
