@@ -19,7 +19,7 @@ from ds4x.core.named_policies import named_policies
 from ds4x.errors import InputError
 from ds4x.inputs import read_text
 from ds4x.launch_args import Launch
-from ds4x.planned import Plan, PlanRequest
+from ds4x.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanRequest
 
 Compute = Callable[[PlanRequest], Plan]
 """plan.compute: the plan at a set of plan options"""
@@ -151,19 +151,37 @@ def _whole(text: str) -> bool:
     return True
 
 
+def _utilization(text: str) -> float:
+    """--gpu-memory-utilization as vLLM takes it: in (0, 1]."""
+    try:
+        value = bounded.rate(text, 0, 1)
+    except bounded.BoundError:
+        value = 0.0
+    if value == 0:
+        raise bounded.BoundError(f"{text[:40]!r}: expected a number in (0, 1], e.g. 0.92")
+    return value
+
+
+_SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "--max-model-len": ("max_model_len", lambda text: bounded.whole(text, 1, MAX_MODEL_LEN)),
+    "--gpu-memory-utilization": ("gpu_memory_utilization", _utilization),
+    "--kv-cache-dtype": ("kv_cache_dtype", str),
+    "--tensor-parallel-size": ("tp", lambda text: bounded.whole(text, 1, MAX_PARALLEL)),
+    "--pipeline-parallel-size": ("pp", lambda text: bounded.whole(text, 1, MAX_PARALLEL)),
+}
+"""the script's memory settings the plan is recomputed at: option -> (PlanRequest field, parse)"""
+
+
 def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Findings) -> None:
     """The plan at the script's own memory settings, and its resident layers against it."""
     errors = found.errors
-    settings = {"--max-model-len": ("max_model_len", int), "--gpu-memory-utilization": ("gpu_memory_utilization", float),
-                "--kv-cache-dtype": ("kv_cache_dtype", str), "--tensor-parallel-size": ("tp", int),
-                "--pipeline-parallel-size": ("pp", int)}
     changes: dict[str, object] = {}
-    for option, (name, kind) in settings.items():
+    for option, (name, parse) in _SETTINGS.items():
         if option in launch.options:
             try:
-                changes[name] = kind(launch.options[option])
-            except ValueError:
-                errors.append(f"{option} {launch.options[option]!r} is not a {kind.__name__}")
+                changes[name] = parse(launch.options[option])
+            except bounded.BoundError as e:
+                errors.append(f"{option} {e}")
                 return
     args = replace(args, **changes)  # type: ignore[arg-type]  # each field's own type, by the table above
     result = compute(args)

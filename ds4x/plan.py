@@ -25,7 +25,7 @@ from ds4x.core import measure_analysis as analysis
 from ds4x.core import moe_placement as mp
 from ds4x.errors import Ds4xError, InputError
 from ds4x.overlay import load_module
-from ds4x.planned import Plan, PlanRequest
+from ds4x.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanRequest
 from ds4x.scratch import atomic_path
 
 EXAMPLE = HOME.examples / EXAMPLE_CONFIG
@@ -41,8 +41,6 @@ def measure_module() -> ModuleType:
 
 KV_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "fp8_e5m2", "auto", "bf16", "bfloat16")
 _MAX_TEXT = 40  # longer values are cut in messages
-MAX_MODEL_LEN = 2**24  # 16M tokens: far above the model's 1M context, low enough that the KV arithmetic stays quick
-MAX_PARALLEL = 64  # --tp, --pp and --draft-layers: above any one host
 MAX_CORES = 2**16
 
 

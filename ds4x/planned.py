@@ -8,6 +8,9 @@ from pathlib import Path
 
 from ds4x.core import moe_placement as mp
 
+MAX_MODEL_LEN = 2**24  # 16M tokens: far above the model's 1M context, low enough that the KV arithmetic stays quick
+MAX_PARALLEL = 64  # tensor- and pipeline-parallel sizes, draft layers: above any one host
+
 
 @dataclass(frozen=True, kw_only=True)
 class PlanRequest:

@@ -74,6 +74,11 @@ vllm serve /models/DeepSeek-V4-Flash --max-model-len 1048576 --max-num-seqs 2 \\
     ({"spec": '{"num_speculative_tokens": 2, "draft_depth": {"policy": "phase", "step_cost": [1, NaN]}}'},
      "--speculative-config: draft_depth.step_cost[1]: nan is not a finite number"),
     ({"compilation": "[1, 2]"}, "--compilation-config '[1, 2]': not a JSON object"),
+    ({"util": "1.5"}, "--gpu-memory-utilization '1.5': expected a number in (0, 1]"),
+    ({"util": "nan"}, "--gpu-memory-utilization 'nan': expected a number in (0, 1]"),
+    ({"util": "0.92 --max-model-len \u00b2"}, "--max-model-len '\u00b2': expected a whole number in 1..16777216"),
+    ({"util": "0.9 --tensor-parallel-size 1000000000000"},
+     "--tensor-parallel-size '1000000000000': expected a whole number in 1..64"),
 ])
 def test_check_launch_names_each_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, object],
                                        message: str) -> None:
