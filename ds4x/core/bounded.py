@@ -83,7 +83,7 @@ def _check_tree(value: Any) -> None:
     todo: list[tuple[Any, str, int]] = [(value, "", 0)]
     while todo:
         item, path, depth = todo.pop()
-        if depth > MAX_JSON_DEPTH:
+        if depth >= MAX_JSON_DEPTH and isinstance(item, (dict, list)):  # the outermost is at depth 0
             raise BoundError(f"nested deeper than {MAX_JSON_DEPTH} (at {path or 'the top'})")
         if isinstance(item, float) and not math.isfinite(item):
             raise BoundError(f"{path or 'the value'}: {item} is not a finite number")
