@@ -113,3 +113,11 @@ def test_splits_are_reported_at_ubatch_only(passing: dict[str, dict[str, Any]], 
     assert load().main(write(tmp_path, passing, list(passing))) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if "LVLLM_MOE_OVERLAP" in line]
     assert lines == ['   LVLLM_MOE_OVERLAP: ' + json.dumps(split)]
+
+
+def test_the_committed_deepseek_v4_run_passes_every_case(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results/h200-dsv4-harness: the six DeepSeek-V4 + DSpark cases its README quotes."""
+    res = Path(__file__).resolve().parents[2] / "bench/results/h200-dsv4-harness/res"
+    assert load().main(res) == 0
+    out = capsys.readouterr().out
+    assert "6/6 cases pass" in out and out.count("PASS: tokens equal eager") == 5
