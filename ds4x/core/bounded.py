@@ -43,24 +43,24 @@ def rate(text: str, low: float, high: float) -> float:
     return value
 
 
-def count(low: int, high: int) -> Callable[[str], int]:
-    """The argparse type of a whole-number option in low..high."""
-    def parse(text: str) -> int:
+def _option(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse` as an argparse type: its BoundError becomes argparse's one-line error."""
+    def option(text: str) -> Any:
         try:
-            return whole(text, low, high)
+            return parse(text)
         except BoundError as e:
             raise argparse.ArgumentTypeError(str(e)) from None
-    return parse
+    return option
+
+
+def count(low: int, high: int) -> Callable[[str], int]:
+    """The argparse type of a whole-number option in low..high."""
+    return _option(lambda text: whole(text, low, high))
 
 
 def fraction(low: float = 0.0, high: float = 1.0) -> Callable[[str], float]:
     """The argparse type of a number option in [low, high]."""
-    def parse(text: str) -> float:
-        try:
-            return rate(text, low, high)
-        except BoundError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-    return parse
+    return _option(lambda text: rate(text, low, high))
 
 
 def loads(text: str) -> Any:
