@@ -1,0 +1,140 @@
+"""ds4x.core.depth_mixed, the mixed-batch model: the batches it prices, the curve between timed
+token counts, a request's expected tokens, a worked example by hand (today's deepest depth
+against each request's own), adaptive-like choices on curves whose answer is known, and the
+report's refusals."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from ds4x.core import depth_mixed as mixed
+from ds4x.core import depth_sim as sim
+
+K = 2
+CURVE = {1: 1.0, 2: 2.0, 3: 3.0, 4: 3.6, 6: 5.0}  # ms a layer call by tokens
+LAYERS = 10
+# conditional rates 0.5 and 0.9: accepted / drafted at depth 2 = (p + p^2) / 2
+ACCEPTANCE = {"reasoning": (0.5 + 0.25) / 2, "answer": (0.9 + 0.81) / 2}
+
+
+def test_the_batches_it_prices() -> None:
+    assert mixed.mix(2) == ("reasoning", "answer")
+    assert mixed.mix(4) == ("reasoning", "reasoning", "answer", "answer")
+    assert mixed.mix(3) == ("reasoning", "answer", "answer")
+    with pytest.raises(ValueError, match="a mixed batch needs 2 or more requests, got 1"):
+        mixed.mix(1)
+    assert mixed.mixed_batches(1) == []
+    assert mixed.mixed_batches(2) == [2]
+    assert mixed.mixed_batches(3) == [2]
+    assert mixed.mixed_batches(16) == [2, 4]
+
+
+def test_the_curve_is_read_as_timed_and_linear_between() -> None:
+    assert mixed.curve_ms(CURVE, 4) == 3.6
+    assert mixed.curve_ms(CURVE, 5) == pytest.approx(4.3)
+    assert mixed.curve_ms({2: 1.0, 6: 3.0}, 3) == pytest.approx(1.5)
+    for outside in (0, 7):
+        with pytest.raises(ValueError, match=f"no timing for {outside} tokens: the curve has \\[1, 2, 3, 4, 6\\]"):
+            mixed.curve_ms(CURVE, outside)
+    assert mixed.interpolated(CURVE, range(2, 7)) == [5]
+
+
+@pytest.mark.parametrize("acceptance", [0.2, 0.39, 0.9, 1.0])
+def test_a_requests_tokens_by_depth_give_back_its_acceptance(acceptance: float) -> None:
+    tokens = mixed.tokens_by_depth(acceptance, K)
+    assert tokens[0] == 1.0
+    assert (tokens[K] - 1) / K == pytest.approx(acceptance, abs=1e-9)  # vLLM's accepted / drafted at depth K
+    assert tokens[0] < tokens[1] < tokens[2]
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5])
+def test_an_acceptance_outside_a_fraction_is_refused_by_value(bad: float) -> None:
+    with pytest.raises(ValueError, match=f"acceptance {bad}: expected a fraction in \\(0, 1\\]"):
+        mixed.tokens_by_depth(bad, K)
+
+
+def seconds(rest: list[float], requests: int = 2, curve: dict[int, float] = CURVE) -> list[float]:
+    return sim.step_seconds(curve, LAYERS, rest, requests, K, sim.Overlap())
+
+
+def test_phase_0_2_by_hand() -> None:
+    """Today both verify 2 drafts (6 tokens: 10 x 5.0 + 1 ms); per request 0 + 2 (4 tokens:
+    10 x 3.6 + the rest at depth 2, 1 ms); tokens 1 + 0.5 + 0.25 and 1 + 0.9 + 0.81."""
+    got = mixed.compare(sim.policies(K)["phase 0/2"], mixed.mix(2), ACCEPTANCE, K, seconds([1.0]),
+                        mixed.curve_cost(CURVE, LAYERS, [1.0], K))
+    assert got.uniform.depths == (2, 2) and got.per_request.depths == (0, 2)
+    assert got.uniform.tok_s == pytest.approx((1.75 + 2.71) / 0.051, rel=1e-6)
+    assert got.per_request.tok_s == pytest.approx((1.0 + 2.71) / 0.037, rel=1e-6)
+    assert got.gain == pytest.approx((3.71 / 0.037) / (4.46 / 0.051), rel=1e-6)
+    assert got.per_request.phase_tok_s("reasoning") == pytest.approx(1.0 / 0.037, rel=1e-6)
+    assert got.per_request.phase_tok_s("answer") == pytest.approx(2.71 / 0.037, rel=1e-6)
+
+
+def test_per_request_pays_the_rest_of_its_deepest_depth() -> None:
+    cost = mixed.curve_cost(CURVE, LAYERS, [1.0, 2.0, 3.0], K)
+    assert cost((0, 2)) == pytest.approx((36 + 3.0) / 1000)
+    assert cost((0, 1)) == pytest.approx((30 + 2.0) / 1000)
+    assert cost((1, 2)) == pytest.approx((43 + 3.0) / 1000)  # 5 tokens, interpolated
+
+
+@pytest.mark.parametrize("name", ["fixed 0", "fixed 1", "fixed 2"])
+def test_a_fixed_depth_is_the_same_batch_either_way(name: str) -> None:
+    """Both prices agree where the depths are uniform: the curve path and depth_sim's steps."""
+    curve = {**CURVE, 8: 6.5, 12: 9.0}
+    got = mixed.compare(sim.policies(K)[name], mixed.mix(4), ACCEPTANCE, K, seconds([1.0, 2.0, 3.0], 4, curve),
+                        mixed.curve_cost(curve, LAYERS, [1.0, 2.0, 3.0], K))
+    assert got.uniform.depths == got.per_request.depths == (int(name[-1]),) * 4
+    assert got.gain == pytest.approx(1.0)
+
+
+def test_phase_1_2_rounds_to_its_graph_depths() -> None:
+    """A phase policy whose graphs are only 0 and 2 verifies 2 for a request that chose 1."""
+    config = {"policy": "phase", "reasoning_depth": 1, "answer_depth": 2, "graph_depths": [0, 2]}
+    got = mixed.compare(config, mixed.mix(2), ACCEPTANCE, K, seconds([1.0]), mixed.curve_cost(CURVE, LAYERS, [1.0], K))
+    assert got.per_request.depths == (2, 2) and got.gain == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("curve", "today", "own"), [
+    ({2: 5.0, 3: 5.0, 4: 5.0, 5: 5.0, 6: 5.0}, (2, 2), (2, 2)),  # drafts cost nothing: verify them all
+    ({2: 1.0, 3: 9.0, 4: 9.5, 5: 10.0, 6: 10.5}, (0, 0), (0, 0)),  # any draft costs a lot: none
+    (CURVE, (2, 2), (0, 2)),  # the issue's case: the reasoning request verifies nothing on its own
+])
+def test_adaptive_like_choices_on_curves_whose_answer_is_known(curve: dict[int, float], today: tuple[int, ...],
+                                                                own: tuple[int, ...]) -> None:
+    cost = mixed.curve_cost(curve, LAYERS, [0.0], K)
+    uniform = [cost((d, d)) for d in range(K + 1)]
+    got = mixed.compare(sim.policies(K)["adaptive"], mixed.mix(2), ACCEPTANCE, K, uniform, cost)
+    assert got.uniform.depths == today and got.per_request.depths == own
+    gains = {p: mixed.tokens_by_depth(a, K) for p, a in ACCEPTANCE.items()}
+    every = [mixed.batch(mixed.mix(2), d, gains, cost).tok_s for d in itertools.product(range(K + 1), repeat=2)]
+    assert got.per_request.tok_s == pytest.approx(max(every))
+
+
+def test_adaptive_today_verifies_the_deepest_own_choice_even_where_a_shallower_batch_is_faster() -> None:
+    """On CURVE with no rest, 0+0 makes more tokens a second than 2+2, but each request chooses
+    on its own, the answer chooses 2, and today's batch verifies 2 for both."""
+    cost = mixed.curve_cost(CURVE, LAYERS, [0.0], K)
+    uniform = [cost((d, d)) for d in range(K + 1)]
+    got = mixed.compare(sim.policies(K)["adaptive"], mixed.mix(2), ACCEPTANCE, K, uniform, cost)
+    today, own = mixed.best_batches(mixed.mix(2), ACCEPTANCE, K, uniform, cost)
+    assert today.depths == (0, 0) and today.tok_s > got.uniform.tok_s
+    assert own.depths == got.per_request.depths == (0, 2)
+
+
+def test_the_report_prices_every_policy_and_names_what_it_interpolated() -> None:
+    lines = mixed.report(CURVE, LAYERS, [1.0], 2, K, ACCEPTANCE, sim.policies(K))
+    assert lines[0].startswith("mixed batch of 2: 1 reasoning (acceptance 38% at depth 2), 1 answer (acceptance 86%")
+    rows = {line[:10].strip(): line[10:].split() for line in lines[2:8]}
+    assert set(rows) == set(sim.policies(K))
+    assert rows["phase 0/2"][:5] == ["2+2", f"{4.46 / 0.051:.2f}", "0+2", f"{3.71 / 0.037:.2f}",
+                                     f"{(3.71 / 0.037) / (4.46 / 0.051):.3f}"]
+    assert lines[-1].endswith("; 5 tokens interpolated on the curve")
+    assert not mixed.report({**CURVE, 5: 4.3}, LAYERS, [1.0], 2, K, ACCEPTANCE, sim.policies(K))[-1].endswith(
+        "interpolated on the curve")
+
+
+def test_the_report_refuses_a_curve_without_the_batchs_uniform_steps() -> None:
+    with pytest.raises(ValueError, match=r"no timing for \[8, 12\] tokens: measure with --max-num-seqs 4"):
+        mixed.report(CURVE, LAYERS, [1.0], 4, K, ACCEPTANCE, sim.policies(K))
