@@ -186,3 +186,12 @@ def test_the_committed_deepseek_v4_run_fails_closed_on_its_acceptance(capsys: py
     run = Path(e2e_decode.__file__).parent / "results/h200-dsv4-e2e"
     assert e2e_decode.main([str(run), "--seeds", "2", "--spec-only"]) == 1
     assert capsys.readouterr().out.startswith("FAIL: answer: acceptance at depth 2 measured 0.8279")
+
+
+@pytest.mark.parametrize("run", ["h200-e2e-start", "h200-e2e-warm", "h200-dsv4-e2e"])
+def test_a_committed_report_reprints_byte_for_byte_from_its_run(run: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results/*/report.txt is what the machine printed (ci/fork-gpu/e2e, speculative engine
+    alone, the default seeds); the report read again from the committed files gives the same bytes."""
+    resdir = Path(e2e_decode.__file__).parent / "results" / run
+    e2e_decode.main([str(resdir), "--spec-only"])
+    assert capsys.readouterr().out == (resdir / "report.txt").read_text()
