@@ -25,8 +25,15 @@ issue's bound, fraction x min(CPU experts, rest), at full and 70% overlap) and
 tok/s per policy and phase. The rest of a step is the profile's `gpu_ms` unless
 `--gpu-ms` gives it (28.5: the RTX 5090's GPU side of DeepSeek-V4-Flash).
 
+With `--mixed` it also predicts a mixed batch of `--requests` (2: one reasoning and one
+answering request; 4: two of each) on the profile's curve, at the profile's acceptance:
+every policy as the fork runs it today (the batch verifies the deepest depth any request
+chose) against each request verifying its own (one lk_moe call a layer for the step's
+tokens), by ds4x.core.depth_mixed; the rest of a step as for --overlap.
+
     python -m bench.depth_sim [--profile FILE] [--reasoning-tokens 3000 --answer-tokens 800 --seeds 20]
     python -m bench.depth_sim --overlap ubatch [--requests 2] [--gpu-ms MS ...] [--outside-ms MS] [--ubatch-gpu F]
+    python -m bench.depth_sim --mixed [--requests 2] [--gpu-ms MS ...]
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ds4x.core import depth_mixed
 from ds4x.core import depth_sim as sim
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +103,15 @@ def overlap(profile: dict[str, Any], args: argparse.Namespace, tokens: dict[str,
     return lines
 
 
+def mixed(profile: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    """depth_mixed's report of a mixed batch of --requests on the profile's curve (see the module's doc)."""
+    curve, layers = sim.profile_curve(profile)
+    k = len(profile["step_seconds"]) - 1
+    lines: list[str] = depth_mixed.report(curve, layers, args.gpu_ms or profile["gpu_ms"], args.requests, k,
+                                          profile["acceptance"], sim.policies(k))
+    return lines
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reasoning-tokens", type=int, default=3000)
@@ -105,7 +122,10 @@ def parser() -> argparse.ArgumentParser:
                         f"(default: {DEFAULT_PROFILE.relative_to(ROOT)})")
     p.add_argument("--overlap", choices=["off", "ubatch"], default="off",
                    help="also predict LVLLM_MOE_OVERLAP=ubatch against off (default off: no overlap lines)")
-    p.add_argument("--requests", type=int, default=2, help="running requests of the overlap prediction (default 2)")
+    p.add_argument("--mixed", action="store_true",
+                   help="also predict a mixed batch of --requests, each request's own depth against the deepest")
+    p.add_argument("--requests", type=int, default=2,
+                   help="running requests of the overlap and mixed predictions (default 2)")
     p.add_argument("--gpu-ms", type=float, nargs="+", metavar="MS",
                    help="the rest of a step for the overlap prediction, one figure or one per depth "
                         "(default: the profile's gpu_ms)")
@@ -126,12 +146,17 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"LK_THREADS={profile.get('lk_threads')}, rest of a step {profile.get('gpu_ms')} ms)")
     try:
         lines = overlap(profile, args, tokens) if args.overlap != "off" else []
+        mix = mixed(profile, args) if args.mixed else []
     except KeyError as e:
         raise SystemExit(f"error: {args.profile} has no timing for {e} tokens: measure with --max-num-seqs "
                          f"{args.requests}") from None
+    except ValueError as e:
+        raise SystemExit(f"error: {args.profile}: {e}") from None
     run(f"measured ({args.profile.name})", profile["step_seconds"], tokens, args.seeds, profile["acceptance"])
     if lines:
         print("\npredicted with CPU-GPU overlap (two micro-batches; depth_sim.step_ms), " + "\n".join(lines))
+    if mix:
+        print("\npredicted, " + "\n".join(mix))
 
 
 if __name__ == "__main__":

@@ -130,10 +130,14 @@ def batch(phases: Sequence[str], depths: Sequence[int], gains: Mapping[str, Sequ
 
 def best_combination(phases: Sequence[str], gains: Mapping[str, Sequence[float]], cost: Cost,
                      candidates: Sequence[int]) -> tuple[int, ...]:
-    """Per-request depths (each one of `candidates`) with the most expected tokens a second; the
-    shallower combination on a tie (candidates ascending, combinations in order)."""
+    """Per-request depths with the most expected tokens a second, each one of `candidates`;
+    requests of one phase (one acceptance) choose alike, so a batch of any size weighs
+    len(candidates) ** phases choices. The shallower on a tie (candidates ascending)."""
+    kinds = list(dict.fromkeys(phases))
     best, rate = tuple(candidates[0] for _ in phases), -1.0
-    for depths in itertools.product(candidates, repeat=len(phases)):
+    for choice in itertools.product(candidates, repeat=len(kinds)):
+        depth = dict(zip(kinds, choice))
+        depths = tuple(depth[p] for p in phases)
         got = sum(gains[p][d] for p, d in zip(phases, depths)) / cost(depths)
         if got > rate:
             best, rate = depths, got
@@ -194,8 +198,10 @@ def table(results: Mapping[str, Comparison]) -> list[str]:
 
 
 def depths_text(depths: Sequence[int]) -> str:
-    """Depths per request as the tables print them: 0+2."""
-    return "+".join(map(str, depths))
+    """Depths per request as the tables print them: 0+2, 0+0+2+2; beyond 4 requests by runs, 3x0+5x2."""
+    if len(depths) <= 4:
+        return "+".join(map(str, depths))
+    return "+".join(f"{len(list(run))}x{d}" for d, run in itertools.groupby(depths))
 
 
 def heading(phases: Sequence[str], acceptance: Mapping[str, float], k: int) -> str:

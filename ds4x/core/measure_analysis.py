@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import depth_sim
+from . import depth_mixed, depth_sim
 
 SLOWDOWN = 1.5  # a thread count this much slower than the best is worth a warning
 PREDICT_TOKENS = {"reasoning": 3000, "answer": 800}  # a request's tokens per phase in the predictions
@@ -93,6 +93,18 @@ def predict(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num
                       f"ms, acceptance {rates['reasoning']:.0%} reasoning / {rates['answer']:.0%} answer:",
                   *depth_sim.table(predicted[requests])]
     return predicted, lines
+
+
+def mixed(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_seqs: int,
+          acceptance: Sequence[float]) -> list[str]:
+    """depth_mixed's prediction for a mixed batch of --max-num-seqs (half reasoning, half answering) on the
+    measured curve: every policy today (the deepest depth for all) against each request's own; none below 2."""
+    if max_num_seqs < 2:
+        return []
+    rates = {"reasoning": acceptance[0], "answer": acceptance[1]}
+    lines = depth_mixed.report(depth_sim.run_curve(best), moe_layers, gpu_ms, max_num_seqs, k, rates,
+                               depth_sim.policies(k))
+    return ["", f"predicted, {lines[0]}", *lines[1:]]
 
 
 def profile(best: Run, runs: list[Run], fmt: str, k: int, moe_layers: int, gpu_ms: Sequence[float],

@@ -6,11 +6,19 @@ report's refusals."""
 from __future__ import annotations
 
 import itertools
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bench import depth_sim as bench_sim
+from ds4x.cli import main
 from ds4x.core import depth_mixed as mixed
 from ds4x.core import depth_sim as sim
+from ds4x.plan import measure_module
 
 K = 2
 CURVE = {1: 1.0, 2: 2.0, 3: 3.0, 4: 3.6, 6: 5.0}  # ms a layer call by tokens
@@ -138,3 +146,85 @@ def test_the_report_prices_every_policy_and_names_what_it_interpolated() -> None
 def test_the_report_refuses_a_curve_without_the_batchs_uniform_steps() -> None:
     with pytest.raises(ValueError, match=r"no timing for \[8, 12\] tokens: measure with --max-num-seqs 4"):
         mixed.report(CURVE, LAYERS, [1.0], 4, K, ACCEPTANCE, sim.policies(K))
+
+
+SMALL = {"num_hidden_layers": 4, "hidden_size": 512, "moe_intermediate_size": 256, "n_routed_experts": 16,
+         "num_experts_per_tok": 2, "vocab_size": 1000, "num_attention_heads": 4, "head_dim": 64,
+         "expert_dtype": "fp4"}
+
+
+def timed(spec: dict[str, Any], threads: list[int], *_: object) -> list[dict[str, Any]]:
+    """measure's workers, faked: CURVE-like timings for every token count measure asks for."""
+    return [{"threads": t, "ram_gbs": 50.0, "path": "cpu_decode",
+             "cases": [{"tokens": n, "ms": 1.0 + 0.8 * (n - 1), "calls": 3, "distinct": 2.0 * n}
+                       for n in spec["tokens"]]} for t in threads]
+
+
+@pytest.mark.parametrize("seqs", [1, 2, 4])
+def test_plan_measure_prints_the_mixed_case_from_two_requests(seqs: int, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    module = measure_module()
+    monkeypatch.setattr(module, "run_workers", timed)
+    monkeypatch.setattr(module, "check_python", lambda python: None)
+    (tmp_path / "c.json").write_text(json.dumps(SMALL))
+    assert main(["plan", "--measure", "--config", str(tmp_path / "c.json"), "--python", sys.executable,
+                 "--threads", "1", "--budget", "1", "--gpu-ms", "2", "--max-num-seqs", str(seqs),
+                 "--profile-out", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    if seqs < 2:
+        assert "mixed batch" not in out
+        return
+    curve = {n: 1.0 + 0.8 * (n - 1) for n in range(1, 3 * seqs + 1)}
+    want = mixed.report(curve, 4, [2.0], seqs, K, {"reasoning": 0.39, "answer": 0.89}, sim.policies(K))
+    assert f"predicted, mixed batch of {seqs}: {seqs // 2} reasoning" in out
+    assert "\n".join(want[1:-1]) in out  # a linear curve: nothing interpolated changes the figures
+
+
+def test_depths_print_per_request_up_to_four_and_by_runs_beyond() -> None:
+    assert mixed.depths_text((0, 2)) == "0+2"
+    assert mixed.depths_text((0, 0, 2, 2)) == "0+0+2+2"
+    assert mixed.depths_text((0,) * 3 + (2,) * 5) == "3x0+5x2"
+
+
+def test_requests_of_one_phase_choose_alike_so_a_large_batch_stays_cheap() -> None:
+    """64 requests, 32 of each phase: 3 ** 2 choices weighed, not 3 ** 64."""
+    calls: list[tuple[int, ...]] = []
+    base = mixed.curve_cost({n: 1.0 + 0.8 * (n - 1) for n in range(1, 193)}, LAYERS, [1.0], K)
+
+    def cost(depths: Sequence[int]) -> float:
+        calls.append(tuple(depths))
+        return base(depths)
+
+    phases = mixed.mix(64)
+    gains = {p: mixed.tokens_by_depth(a, K) for p, a in ACCEPTANCE.items()}
+    got = mixed.best_combination(phases, gains, cost, range(K + 1))
+    assert len(calls) == 9
+    assert got == (got[0],) * 32 + (got[-1],) * 32
+
+
+def test_bench_depth_sim_mixed_on_the_committed_h200_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/depth_sim.py --mixed: phase 0/2 today verifies 2 + 2 drafts (6 tokens a layer call), per
+    request 0 + 2 (4 tokens), on the committed curve, no rest; the figures by hand from the profile."""
+    bench_sim.main(["--mixed", "--seeds", "1", "--reasoning-tokens", "20", "--answer-tokens", "20"])
+    out = capsys.readouterr().out
+    measured = bench_sim.measured()
+    curve, layers = sim.profile_curve(measured)
+    tokens = {}
+    for phase, rate in measured["acceptance"].items():
+        p = sim.conditional(rate, K)
+        tokens[phase] = 1 + p + p * p
+    today = (tokens["reasoning"] + tokens["answer"]) / (layers * curve[6] / 1000)
+    own = (1 + tokens["answer"]) / (layers * curve[4] / 1000)
+    row = next(line for line in out.splitlines() if line.startswith("phase 0/2 ") and "+" in line)
+    assert row.split()[2:7] == ["2+2", f"{today:.2f}", "0+2", f"{own:.2f}", f"{own / today:.3f}"]
+
+
+@pytest.mark.parametrize(("requests", "message"), [
+    ("4", "no timing for [8, 12] tokens: measure with --max-num-seqs 4"),
+    ("1", "a mixed batch needs 2 or more requests, got 1"),
+])
+def test_bench_depth_sim_mixed_refuses_a_batch_the_profile_cannot_price(requests: str, message: str) -> None:
+    with pytest.raises(SystemExit) as caught:
+        bench_sim.main(["--mixed", "--requests", requests])
+    assert str(caught.value).endswith(f"measure.json: {message}")

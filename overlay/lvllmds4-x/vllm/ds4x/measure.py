@@ -420,7 +420,7 @@ def main(args: argparse.Namespace) -> int:
         print(analysis.ubatch_advice(best, args.gpu_ms[0], moe_layers))
     k, shape = args.num_speculative_tokens, (moe_layers, args.gpu_ms, args.max_num_seqs)
     predicted, lines = analysis.predict(best, k, *shape, args.acceptance)
-    print("\n".join(lines))
+    print("\n".join(lines + analysis.mixed(best, k, *shape, args.acceptance)))
     profile = analysis.profile(best, runs, fmt, k, *shape, args.acceptance, predicted)
     part = args.profile_out.with_name(f".{args.profile_out.name}.part-{os.getpid()}")
     try:  # built aside, then renamed into place: a reader sees the old profile whole or the new one
