@@ -11,11 +11,15 @@ prints, per phase and running requests:
   (the layer's measured cpu_decode time at the step's token count, times the layers)
   and the rest (GPU layers, drafter, scheduler, handoffs);
 - depth_sim's prediction from that curve and the measured rest per depth, against
-  the measurement, and the targets of the benchmark.
-Fails closed (exit 1): a missing or failed engine or cell, greedy tokens that differ
-between any two cells of a phase (or from no speculation), an eager decode step,
-_cpu_prefill in decode, or acceptance off the set figure. Targets missed are
-reported, not failed: they are the measurement.
+  the measurement, and the targets of the benchmark;
+- the mixed batches (one reasoning and one answering request together, #38), as
+  bench/e2e_mixed.py reports them: tok/s over the batch and per phase, the step by
+  verified depth, depth_mixed's batch-uniform prediction against them and its
+  per-request one.
+Fails closed (exit 1): a missing or failed engine or cell (mixed cells too), greedy
+tokens that differ between any two cells of a phase or mixed batch (or from no
+speculation), an eager decode step, _cpu_prefill in decode, or acceptance off the
+set figure. Targets missed are reported, not failed: they are the measurement.
 
     python -m bench.e2e_decode RESDIR [--seeds 20]
 """
@@ -30,6 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from bench import e2e_mixed
 from bench.counters import HarnessCounters
 from ds4x.core import depth_sim as sim
 from ds4x.core import draft_depth
@@ -74,7 +79,8 @@ class Results:
         out: dict[tuple[str, int, str], list[dict[str, Any]]] = defaultdict(list)
         for run in (self.nospec, self.spec):
             for cell in run.get("cells", []):
-                out[cell["phase"], cell["requests"], cell["policy"]].append(cell)
+                if cell["phase"] != e2e_mixed.MIXED:  # the mixed batches' cells: bench/e2e_mixed.py
+                    out[cell["phase"], cell["requests"], cell["policy"]].append(cell)
         return out
 
     def layer_ms(self, tokens: int) -> float:
@@ -137,6 +143,7 @@ def check(res: Results) -> None:
         if missing := lengths - set(HarnessCounters.read(run).graph_steps):
             res.problems.append(f"{run.get('mode')}: no graph replayed at query length(s) {sorted(missing)}")
     check_depths(res, cells)
+    res.problems += e2e_mixed.problems([res.nospec, res.spec], K)
     tokens = {c["tokens"] for r in res.profile.get("measured", {}).get("runs", []) for c in r.get("cases", [])}
     if need := {n * (d + 1) for n in requests for d in range(K + 1)} - tokens:
         res.problems.append(f"measure.json: no layer timing for {sorted(need)} tokens")
@@ -284,6 +291,22 @@ def within(ratio: float, floor: float, noise: float) -> str:
     return f" (by less than this run's noise floor, {noise:.1%})" if floor > ratio >= floor * (1 - noise) else ""
 
 
+def batch_sections(res: Results, n: int, seeds: int) -> list[str]:
+    """Print the phase-pure sections of `n` running requests (rates, steps, depth_sim, targets); the misses."""
+    measured = {}
+    for phase in PHASES:
+        lines, measured[phase] = rate_table(res, phase, n)
+        print(f"\n{phase}, {n} running request(s): steady decode tok/s\n" + "\n".join(lines))
+    lines, seconds = step_split(res, n)
+    print(f"\nstep time by verified depth, {n} running request(s)\n" + "\n".join(lines))
+    lines, misses = predictions(res, n, seconds, measured, seeds)
+    print(f"\ndepth_sim against the engine, x{n}: fed the measured step at each depth (the CPU curve plus "
+          f"the rest), both phases pooled, and each phase's own steps; acceptance as measured\n"
+          + "\n".join(lines))
+    print("\n" + "\n".join(targets(n, measured)))
+    return misses
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("resdir", type=Path)
@@ -306,20 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         start = spec.get("adaptive_step_cost")
         print("adaptive started from " + (f"the run's measure profile: step_cost {start}" if start else
                                           "no step costs (it timed them itself)"))
-        misses: list[str] = []
-        for n in sorted({k[1] for k in cells}):
-            measured = {}
-            for phase in PHASES:
-                lines, measured[phase] = rate_table(res, phase, n)
-                print(f"\n{phase}, {n} running request(s): steady decode tok/s\n" + "\n".join(lines))
-            lines, seconds = step_split(res, n)
-            print(f"\nstep time by verified depth, {n} running request(s)\n" + "\n".join(lines))
-            lines, missed = predictions(res, n, seconds, measured, args.seeds)
-            print(f"\ndepth_sim against the engine, x{n}: fed the measured step at each depth (the CPU curve plus "
-                  f"the rest), both phases pooled, and each phase's own steps; acceptance as measured\n"
-                  + "\n".join(lines))
-            misses += missed
-            print("\n" + "\n".join(targets(n, measured)))
+        misses = [miss for n in sorted({k[1] for k in cells}) for miss in batch_sections(res, n, args.seeds)]
+        lines, missed = e2e_mixed.report([res.nospec, res.spec], K, {p: acceptance(cells, p) or 0.0 for p in PHASES},
+                                         sim.measured_curve(res.profile["measured"]), int(spec["layers"]),
+                                         PREDICTION_SLACK)
+        if lines:
+            print("\n".join(lines))
+        misses += missed
         print("\nsimulator within 10% and the same best policy (within the noise floor): "
               + ("yes" if not misses else "no"))
         for miss in misses:

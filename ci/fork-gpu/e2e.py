@@ -16,9 +16,14 @@ next policy's, each made once and kept (see Policies). nospec: no speculation.
 A cell is one phase (reasoning or answer), 1 or 2 requests started together, one
 policy; greedy, E2E_TOKENS tokens a request (default 96). Its steady decode rate is
 the tokens made from the first step after prefill to the step where the first request
-finishes, over that time; its step times come from the scheduler's own calls, by
-verified depth. E2E_ROUNDS rounds (default 3), the policy order rotated each round.
-The JSON is rewritten after every cell, so a run cut short keeps what it measured.
+finishes, over that time (and each request's own tokens in that window); its step
+times come from the scheduler's own calls, by verified depth. Each round then runs
+the mixed cells (phase "mixed"): one reasoning and one answering request together,
+and two of each where max-num-seqs (the most of E2E_REQUESTS) allows, for every
+policy (depth_mixed.mixed_batches; E2E_MIXED=0: none; no warm-up round of their own,
+the round's phase-pure cells come first). E2E_ROUNDS rounds (default 3), the policy
+order rotated each round. The JSON is rewritten after every cell, so a run cut short
+keeps what it measured.
 
 Then, unless E2E_PROFILE=0, a short cell per request count (depths 0 and K with spec)
 under torch.profiler: OUTDIR/trace-MODE-xN-DEPTH.json.gz, a step's timeline on the GPU
@@ -39,6 +44,7 @@ from drafts import DraftFilter
 from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, VOCAB, install_loader
 from harness import DSV4_ENGINE, ENGINE, GRAPHS, Counters, spec_metrics
 
+from ds4x.core.depth_mixed import mix, mixed_batches
 from ds4x.core.named_policies import named_policies
 
 MODE, OUTDIR, MODELS = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
@@ -52,6 +58,7 @@ TAG = os.environ.get("E2E_TAG", "")
 WARMUP = int(os.environ.get("E2E_WARMUP", "1"))  # unrecorded rounds before the first
 NAME = f"{MODE}-{TAG}" if TAG else MODE  # the files' name: e2e-NAME.json, trace-NAME-xN-DEPTH.json.gz
 ENGINE_POLICY = named_policies(K)["adaptive"].draft_depth  # captures graphs for depths 0..K
+MIXED = [] if os.environ.get("E2E_MIXED", "1") == "0" else mixed_batches(max(REQUESTS))  # mixed batch sizes
 DSV4 = os.environ.get("E2E_MODEL") == "dsv4"  # DeepSeek-V4 + DSpark (dsv4_model.py) instead of e2e_model.py's
 
 
@@ -64,6 +71,17 @@ def prompts(tokenizer) -> dict[str, list[list[int]]]:
     answer = [*ids("def add(a, b):"), THINK, *ids(" plan"), END_THINK]
     return {"reasoning": [reasoning, [*reasoning, REASONING_CYCLE[90]]],
             "answer": [answer, [*answer, ANSWER_CYCLE[90]]]}
+
+
+def cell_plan(texts: dict[str, list[list[int]]]) -> list[tuple[str, int, list[list[int]]]]:
+    """A round's cells before the policies: (phase, requests, prompts) per phase and request
+    count, then each mixed batch (phase "mixed"), its requests in depth_mixed.mix's order,
+    each phase's prompts as its phase-pure cells take them."""
+    plan = [(phase, n, texts[phase][:n]) for phase in PHASES for n in REQUESTS]
+    for n in MIXED:
+        phases = mix(n)
+        plan.append(("mixed", n, [texts[p][phases[:i].count(p)] for i, p in enumerate(phases)]))
+    return plan
 
 
 def engine_args() -> dict:
@@ -159,18 +177,19 @@ def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count, tokens:
         name = f"r{next(ids)}"
         slot[name] = slot[engine.add_request(name, {"prompt_token_ids": prompt}, params)] = i
     latest: dict = {}
-    marks = []  # after each engine step: time, tokens so far, every request has one, one finished
+    marks = []  # after each engine step: time, each request's tokens so far, every request has one, one finished
     while engine.has_unfinished_requests():
         for out in engine.step():
             latest[slot[out.request_id]] = out
         made = [len(latest[i].outputs[0].token_ids) if i in latest else 0 for i in range(len(prompt_ids))]
-        marks.append((time.perf_counter(), sum(made), min(made) > 0, any(o.finished for o in latest.values())))
+        marks.append((time.perf_counter(), made, min(made) > 0, any(o.finished for o in latest.values())))
     first = next(i for i, m in enumerate(marks) if m[2])
     last = next(i for i, m in enumerate(marks) if m[3])
-    (t0, n0, *_), (t1, n1, *_) = marks[first], marks[last]
+    (t0, made0, *_), (t1, made1, *_) = marks[first], marks[last]
     steps = log.by_depth(t0, t1)
-    return {"tok_s": (n1 - n0) / (t1 - t0) if t1 > t0 else None, "window_tokens": n1 - n0,
-            "window_s": round(t1 - t0, 4),
+    window = [b - a for a, b in zip(made0, made1)]
+    return {"tok_s": sum(window) / (t1 - t0) if t1 > t0 else None, "window_tokens": sum(window),
+            "window_tokens_by_request": window, "window_s": round(t1 - t0, 4),
             "tokens": [list(latest[i].outputs[0].token_ids) for i in range(len(prompt_ids))],
             "steps": {d: {"n": len(v), "median_ms": 1000 * statistics.median(v)} for d, v in sorted(steps.items())}}
 
@@ -203,21 +222,22 @@ def main() -> dict:
     warm_up(llm, log, texts, scheduling, ids)
     counters.reset()
     for round_ in range(ROUNDS):
-        for phase in PHASES:
-            for n in REQUESTS:
-                shift = round_ % len(policies)
-                for name, config in policies[shift:] + policies[:shift]:
-                    if scheduling:
-                        scheduling.use(name, config)
-                    before = accepted(spec_metrics(llm))
-                    cell = run_cell(llm, log, texts[phase][:n], ids)
-                    after = accepted(spec_metrics(llm))
-                    cell.update(round=round_, phase=phase, requests=n, policy=name,
-                                draft_tokens=after[0] - before[0], accepted_tokens=after[1] - before[1])
-                    result["cells"].append(cell)
-                    print(f"cell {round_} {phase} x{n} {name}: {cell['tok_s'] or 0:.2f} tok/s, steps "
-                          f"{ {d: round(s['median_ms'], 1) for d, s in cell['steps'].items()} }", flush=True)
-                    write({**result, **counters.report(managers)})
+        for phase, n, prompt_ids in cell_plan(texts):
+            shift = round_ % len(policies)
+            for name, config in policies[shift:] + policies[:shift]:
+                if scheduling:
+                    scheduling.use(name, config)
+                before = accepted(spec_metrics(llm))
+                cell = run_cell(llm, log, prompt_ids, ids)
+                after = accepted(spec_metrics(llm))
+                cell.update(round=round_, phase=phase, requests=n, policy=name,
+                            draft_tokens=after[0] - before[0], accepted_tokens=after[1] - before[1])
+                if phase == "mixed":
+                    cell["mix"] = list(mix(n))
+                result["cells"].append(cell)
+                print(f"cell {round_} {phase} x{n} {name}: {cell['tok_s'] or 0:.2f} tok/s, steps "
+                      f"{ {d: round(s['median_ms'], 1) for d, s in cell['steps'].items()} }", flush=True)
+                write({**result, **counters.report(managers)})
     if os.environ.get("E2E_PROFILE", "1") != "0":
         result["traces"] = profile(llm, log, texts, scheduling, ids)
     return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm)}
@@ -247,7 +267,7 @@ def record(llm, init_s: float, keep: dict[str, float]) -> dict:
             "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
             "tag": TAG, "overlap": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
             "ubatch_tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
-            "warm_up_rounds": WARMUP,
+            "warm_up_rounds": WARMUP, "mixed": MIXED,
             "adaptive_step_cost": adaptive_step_cost(),
             "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
 

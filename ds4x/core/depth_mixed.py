@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""A mixed decode batch (reasoning and answering requests together) on a step-cost curve: each request verifying its own depth against today's deepest.
+"""A mixed decode batch on a step-cost curve: each request verifying its own depth against today's deepest for all.
 
 Today a decode batch verifies one depth, the deepest any of its requests chose
 (rounded up to a graph depth), so a reasoning request beside an answering one

@@ -1,0 +1,177 @@
+"""The end-to-end report's mixed batches (#38): checked, tabled, and held to depth_mixed.
+
+ci/fork-gpu/e2e.py runs them in each round after the phase-pure cells (phase "mixed",
+the engine's record listing the batch sizes it planned under "mixed"; E2E_MIXED=0: none).
+bench/e2e_decode.py calls this module:
+- `problems`: fails closed on a planned mixed cell that is missing or did not measure
+  (every policy the engine ran, every round), greedy tokens that differ between the
+  policies of a batch, and a policy that verified another depth than the deepest its
+  requests chose (today's batch-uniform depth);
+- `report`: steady decode tok/s over the batch and per request phase, and the step by
+  verified depth, per policy; then depth_mixed's prediction of today's batch-uniform
+  depth, fed the mixed cells' own measured step at each depth (fixed 0..K) and the
+  acceptance measured in the phase-pure cells, against the measurement within the
+  report's slack; and, predicted only, each request verifying its own depth (the
+  layer's curve for the step's tokens, plus the measured rest at the deepest depth).
+Runs without mixed cells (older ones, E2E_MIXED=0) print nothing here.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ds4x.core import depth_mixed
+from ds4x.core.named_policies import named_policies
+
+MIXED = "mixed"
+NO_SPEC = "no speculation"
+Cells = dict[tuple[int, str], list[dict[str, Any]]]
+"""(requests, policy) -> the batch's mixed cells, one a round"""
+
+
+def mixed_cells(runs: Sequence[Mapping[str, Any]]) -> Cells:
+    """Every engine's mixed cells by batch size and policy."""
+    out: Cells = defaultdict(list)
+    for run in runs:
+        for cell in run.get("cells", []):
+            if cell.get("phase") == MIXED:
+                out[cell["requests"], cell["policy"]].append(cell)
+    return out
+
+
+def expected_depth(policy: str, requests: int, k: int) -> str | None:
+    """The one depth a policy's mixed batch verifies today: the deepest its requests choose
+    (named_policies' verified_depths over the batch's phases); None: adaptive chooses."""
+    if policy == NO_SPEC:
+        return "0"
+    depths = named_policies(k)[policy].verified_depths(k)
+    return None if depths is None else str(max(depths))
+
+
+def problems(runs: Sequence[Mapping[str, Any]], k: int) -> list[str]:
+    """What fails a run with mixed batches (see the module)."""
+    found: list[str] = []
+    cells = mixed_cells(runs)
+    for run in runs:
+        ran = [c for c in run.get("cells", []) if c.get("phase") != MIXED]
+        rounds, policies = sorted({c["round"] for c in ran}), list(dict.fromkeys(c["policy"] for c in ran))
+        for n in run.get("mixed", []):
+            for policy in policies:
+                got = [c for c in cells.get((n, policy), []) if measured(c)]
+                if len(got) != len(rounds):
+                    found.append(f"mixed x{n} {policy}: {len(got)} of {len(rounds)} rounds measured")
+    for n in sorted({n for n, _ in cells}):
+        variants = {json.dumps(c["tokens"]) for (m, _), cs in cells.items() if m == n for c in cs}
+        if len(variants) > 1:
+            found.append(f"mixed x{n}: greedy tokens differ between cells ({len(variants)} variants)")
+    for (n, policy), cs in sorted(cells.items()):
+        want = expected_depth(policy, n, k)
+        for cell in cs:
+            if want is not None and set(cell["steps"]) != {want}:
+                found.append(f"mixed x{n} {policy} round {cell['round']}: steps at depths {sorted(cell['steps'])}, "
+                             f"expected only {want} (the deepest its requests chose)")
+    return found
+
+
+def measured(cell: Mapping[str, Any]) -> bool:
+    """A mixed cell that measured: a rate, and each request's tokens in the window."""
+    window = cell.get("window_tokens_by_request")
+    return cell.get("tok_s") is not None and isinstance(window, list) and len(window) == len(cell.get("mix", []))
+
+
+def phase_rate(cell: Mapping[str, Any], phase: str) -> float:
+    """A mixed cell's steady tok/s of its requests in `phase`, together."""
+    made = sum(t for p, t in zip(cell["mix"], cell["window_tokens_by_request"]) if p == phase)
+    return float(made / cell["window_s"])
+
+
+def spread(values: Sequence[float]) -> str:
+    return f"{statistics.median(values):7.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def rate_table(cells: Cells, n: int, policies: Sequence[str], baseline: str) -> tuple[list[str], dict[str, float]]:
+    """Lines (tok/s over the batch, against `baseline` in the same round, per phase, the step
+    by verified depth), and the median tok/s of each policy."""
+    base = {c["round"]: c["tok_s"] for c in cells[n, baseline]}
+    lines = [f"{'policy':<15} {'tok/s median [range]':>24} {'vs ' + baseline:>10} {'reasoning':>10} {'answer':>8}"
+             "   step ms by verified depth"]
+    medians = {}
+    for policy in policies:
+        runs = cells[n, policy]
+        medians[policy] = statistics.median(c["tok_s"] for c in runs)
+        ratios = [c["tok_s"] / base[c["round"]] for c in runs if c["round"] in base]
+        by_phase = [statistics.median(phase_rate(c, p) for c in runs) for p in ("reasoning", "answer")]
+        depths = sorted({d for c in runs for d in c["steps"]})
+        steps = ", ".join(f"{d}: {step_ms(cells, n, policy, d):.1f}" for d in depths)
+        lines.append(f"{policy:<15} {spread([c['tok_s'] for c in runs]):>24} "
+                     f"{statistics.median(ratios) if ratios else float('nan'):>10.3f} {by_phase[0]:10.2f} "
+                     f"{by_phase[1]:8.2f}   {steps}")
+    return lines, medians
+
+
+def step_ms(cells: Cells, n: int, policy: str, depth: str) -> float:
+    """Median over the rounds of a policy's mixed cells' median step at this verified depth."""
+    return float(statistics.median(c["steps"][depth]["median_ms"] for c in cells[n, policy] if depth in c["steps"]))
+
+
+def predictions(n: int, k: int, acceptance: Mapping[str, float], measured_tok_s: Mapping[str, float],
+                seconds: Sequence[float], per_request: depth_mixed.Cost | None,
+                slack: float) -> tuple[list[str], list[str]]:
+    """depth_mixed's batch-uniform prediction on uniform steps `seconds` by depth against the
+    measurement, and each request's own depth (predicted); lines and misses beyond `slack`."""
+    own = per_request or depth_mixed.uniform_cost(seconds)
+    lines = [f"{'policy':<12} {'measured':>9} {'predicted':>10} {'error':>7}   {'per request':>11} {'depths':>7} "
+             f"{'gain':>6}"]
+    misses = []
+    for name, config in named_policies(k).items():
+        got = measured_tok_s[name]
+        c = depth_mixed.compare(config.draft_depth, depth_mixed.mix(n), acceptance, k, seconds, own)
+        want = c.uniform.tok_s
+        after = (f"{c.per_request.tok_s:11.2f} {depth_mixed.depths_text(c.per_request.depths):>7} {c.gain:6.3f}"
+                 if per_request else f"{'-':>11} {'-':>7} {'-':>6}")
+        lines.append(f"{name:<12} {got:9.2f} {want:10.2f} {want / got - 1:+7.1%}   {after}")
+        if abs(want / got - 1) > slack:
+            misses.append(f"mixed x{n} {name}: predicted {want:.2f}, measured {got:.2f} ({want / got - 1:+.1%})")
+    return lines, misses
+
+
+def curve_cost(curve: Mapping[int, float], layers: int, seconds: Sequence[float], n: int,
+               k: int) -> tuple[depth_mixed.Cost | None, str]:
+    """Per-request steps priced on the layer's curve plus the measured rest (a uniform step at
+    each depth less its CPU experts); None and why where the curve cannot price them."""
+    try:
+        rest = [1000 * s - layers * depth_mixed.curve_ms(curve, n * (d + 1)) for d, s in enumerate(seconds)]
+        for tokens in range(n, n * (k + 1) + 1):
+            depth_mixed.curve_ms(curve, tokens)
+    except ValueError as e:
+        return None, f"per request not predicted: {e}"
+    guessed = depth_mixed.interpolated(curve, range(n, n * (k + 1) + 1))
+    return depth_mixed.curve_cost(curve, layers, rest, k), (
+        "per request: the layer's curve for the step's tokens plus the measured rest at the deepest depth"
+        + (f" ({', '.join(map(str, guessed))} tokens interpolated)" if guessed else ""))
+
+
+def report(runs: Sequence[Mapping[str, Any]], k: int, acceptance: Mapping[str, float], curve: Mapping[int, float],
+           layers: int, slack: float) -> tuple[list[str], list[str]]:
+    """The mixed sections of the report (see the module), and the predictions' misses."""
+    cells = mixed_cells(runs)
+    lines: list[str] = []
+    misses: list[str] = []
+    for n in sorted({n for n, _ in cells}):
+        policies = [p for p in [NO_SPEC, *named_policies(k)] if (n, p) in cells]
+        table, medians = rate_table(cells, n, policies, f"fixed {k}")
+        phases = depth_mixed.mix(n)
+        lines += ["", f"mixed, {n} running requests ({' + '.join(phases)}): steady decode tok/s over the batch, "
+                      "and per phase", *table]
+        seconds = [step_ms(cells, n, f"fixed {d}", str(d)) / 1000 for d in range(k + 1)]
+        cost, how = curve_cost(curve, layers, seconds, n, k)
+        found, missed = predictions(n, k, acceptance, medians, seconds, cost, slack)
+        lines += ["", f"depth_mixed against the engine, mixed x{n}: today's depth for the whole batch, fed the mixed "
+                      f"cells' own step at each depth (fixed 0..{k}); acceptance as measured in the phase-pure cells; "
+                      + how, *found]
+        misses += missed
+    return lines, misses

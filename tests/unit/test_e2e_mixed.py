@@ -1,0 +1,144 @@
+"""bench/e2e_mixed.py through bench/e2e_decode.py: a run whose engines planned mixed batches (one
+reasoning and one answering request) prints their tok/s over the batch and per phase, their step by
+verified depth and depth_mixed's prediction against them; a missing, crashed or unmeasured mixed
+cell, tokens that differ and a policy at another depth than the deepest chosen fail it, each named."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import e2e_decode, e2e_mixed
+from ds4x.core import depth_mixed
+from tests.unit.test_e2e_report import CPU_MS, LAYERS, REST_MS, SET, engine, write
+
+K = 2
+TODAY = {"no speculation": 0, "fixed 0": 0, "fixed 1": 1, "fixed 2": 2, "phase 1/2": 2, "phase 0/2": 2, "adaptive": 2}
+STEPS = 40  # decode steps in a mixed cell's window
+
+
+def mixed_cell(policy: str, round_: int, slower: float = 1.0) -> dict[str, Any]:
+    """A mixed cell of 2 that verified what today's fork verifies, each request making its
+    phase's expected tokens a step (`slower`: the step that much longer than the model's)."""
+    depth = TODAY[policy]
+    step = LAYERS * CPU_MS[2 * (depth + 1)] + REST_MS[depth]
+    made = [STEPS * depth_mixed.tokens_by_depth(SET[phase], K)[depth] for phase in depth_mixed.mix(2)]
+    window_s = STEPS * step * slower / 1000
+    return {"round": round_, "phase": "mixed", "requests": 2, "policy": policy, "mix": ["reasoning", "answer"],
+            "tok_s": sum(made) / window_s, "window_tokens": sum(made), "window_tokens_by_request": made,
+            "window_s": window_s, "tokens": [[11] * 8, [12] * 8],
+            "steps": {str(depth): {"n": STEPS, "median_ms": step * slower}}, "draft_tokens": 0, "accepted_tokens": 0}
+
+
+def runs_with_mixed() -> tuple[dict[str, Any], dict[str, Any]]:
+    nospec, spec = engine("nospec", ["no speculation"]), engine("spec", list(TODAY)[1:])
+    for run in (nospec, spec):
+        policies = sorted({c["policy"] for c in run["cells"]})
+        run["mixed"] = [2]
+        run["cells"] += [mixed_cell(p, r) for r in range(2) for p in policies]
+    return nospec, spec
+
+
+def report(tmp_path: Path, runs: tuple[dict[str, Any], dict[str, Any]], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    done = e2e_decode.main([str(write(tmp_path, *runs)), "--seeds", "2"])
+    return done, capsys.readouterr().out
+
+
+def row(out: str, start: str, heading: str) -> list[str]:
+    section = out.split(heading, 1)[1]
+    return next(line for line in section.splitlines() if line.startswith(start)).split()
+
+
+def test_a_run_with_mixed_batches_prints_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    done, out = report(tmp_path, runs_with_mixed(), capsys)
+    assert done == 0 and "FAIL" not in out
+    heading = "mixed, 2 running requests (reasoning + answer): steady decode tok/s over the batch, and per phase"
+    cell = mixed_cell("phase 0/2", 0)
+    got = row(out, "phase 0/2", heading)
+    assert got[2] == f"{cell['tok_s']:.2f}" and got[4] == "1.000"  # verifies 2 + 2 today: as fixed 2
+    assert got[5:7] == [f"{e2e_mixed.phase_rate(cell, p):.2f}" for p in ("reasoning", "answer")]
+    assert got[-2:] == ["2:", f"{LAYERS * CPU_MS[6] + REST_MS[2]:.1f}"]
+    assert row(out, "no speculation", heading)[-2:] == ["0:", f"{LAYERS * CPU_MS[2] + REST_MS[0]:.1f}"]
+    # fed the mixed cells' own steps, the batch-uniform prediction is the measurement; per request
+    # phase 0/2 verifies 0 + 2: 4 tokens a layer call instead of 6, the rest at depth 2 as measured
+    predicted = row(out, "phase 0/2", "depth_mixed against the engine, mixed x2")
+    assert predicted[2:5] == [f"{cell['tok_s']:.2f}", f"{cell['tok_s']:.2f}", "+0.0%"]
+    gains = {p: depth_mixed.tokens_by_depth(a, K) for p, a in SET.items()}
+    own = (gains["reasoning"][0] + gains["answer"][2]) / ((LAYERS * CPU_MS[4] + REST_MS[2]) / 1000)
+    assert predicted[5:] == [f"{own:.2f}", "0+2", f"{own / cell['tok_s']:.3f}"]
+    assert "(5 tokens interpolated)" in out
+    assert not [line for line in out.splitlines() if line.startswith("  mixed x2")]  # no miss
+
+
+def test_a_prediction_off_by_more_than_the_slack_is_a_miss(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nospec, spec = runs_with_mixed()
+    for i, cell in enumerate(spec["cells"]):
+        if cell["phase"] == "mixed" and cell["policy"] == "phase 0/2":
+            spec["cells"][i] = {**mixed_cell("phase 0/2", cell["round"], slower=1.25),
+                                "steps": cell["steps"]}  # the step as fixed 2's, the rate 20% lower
+    done, out = report(tmp_path, (nospec, spec), capsys)
+    assert done == 0  # a miss is reported, not failed: it is the measurement
+    assert "  mixed x2 phase 0/2: predicted" in out and "(+25.0%)" in out
+    assert "simulator within 10% and the same best policy (within the noise floor): no" in out
+
+
+def broken(how: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    nospec, spec = copy.deepcopy(runs_with_mixed())
+    mixed = [c for c in spec["cells"] if c["phase"] == "mixed"]
+    first = {c["policy"]: c for c in reversed(mixed)}  # each policy's round-0 cell
+    if how == "missing":
+        spec["cells"].remove(next(c for c in mixed if c["policy"] == "adaptive" and c["round"] == 1))
+    elif how == "crashed":
+        first["fixed 0"]["tok_s"] = None
+    elif how == "no phase split":
+        del first["fixed 1"]["window_tokens_by_request"]
+    elif how == "tokens":
+        first["fixed 2"]["tokens"][1][-1] += 1
+    elif how == "depth":
+        for c in mixed:
+            if c["policy"] == "phase 0/2":
+                c["steps"] = {"0": c["steps"]["2"]}
+    elif how == "none measured":
+        spec["cells"] = [c for c in spec["cells"] if c["phase"] != "mixed"]
+    elif how == "baseline missing":
+        nospec["cells"] = [c for c in nospec["cells"] if c["phase"] != "mixed"]
+    return nospec, spec
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("missing", "mixed x2 adaptive: 1 of 2 rounds measured"),
+    ("crashed", "mixed x2 fixed 0: 1 of 2 rounds measured"),
+    ("no phase split", "mixed x2 fixed 1: 1 of 2 rounds measured"),
+    ("tokens", "mixed x2: greedy tokens differ between cells (2 variants)"),
+    ("depth", "mixed x2 phase 0/2 round 0: steps at depths ['0'], expected only 2 (the deepest its requests chose)"),
+    ("none measured", "mixed x2 phase 1/2: 0 of 2 rounds measured"),
+    ("baseline missing", "mixed x2 no speculation: 0 of 2 rounds measured"),
+])
+def test_mixed_cells_fail_closed(how: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    done, out = report(tmp_path, broken(how), capsys)
+    assert done == 1
+    assert f"FAIL: {message}" in out.splitlines()
+    assert "mixed, 2 running requests" not in out  # no tables from a failed run
+
+
+def test_a_run_that_planned_no_mixed_batch_prints_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """E2E_MIXED=0: the engines record "mixed": [] and run none; older runs have no record at all."""
+    nospec, spec = broken("none measured")
+    nospec["cells"] = [c for c in nospec["cells"] if c["phase"] != "mixed"]
+    records: list[list[int] | None] = [[], None]
+    for record in records:
+        for run in (nospec, spec):
+            run.pop("mixed", None)
+            if record is not None:
+                run["mixed"] = record
+        done, out = report(tmp_path, (nospec, spec), capsys)
+        assert done == 0 and "mixed" not in out
+
+
+@pytest.mark.parametrize(("policy", "depth"), [("no speculation", "0"), ("fixed 1", "1"), ("phase 1/2", "2"),
+                                               ("phase 0/2", "2"), ("adaptive", None)])
+def test_a_mixed_batch_verifies_the_deepest_choice_today(policy: str, depth: str | None) -> None:
+    assert e2e_mixed.expected_depth(policy, 2, K) == depth
