@@ -228,3 +228,21 @@ def test_bench_depth_sim_mixed_refuses_a_batch_the_profile_cannot_price(requests
     with pytest.raises(SystemExit) as caught:
         bench_sim.main(["--mixed", "--requests", requests])
     assert str(caught.value).endswith(f"measure.json: {message}")
+
+
+def test_the_docs_quote_the_model_on_the_committed_profile() -> None:
+    """docs/mixed-batches.md's predicted table is depth_mixed on bench/results/h200-e2e/measure.json."""
+    doc = (Path(mixed.__file__).parents[2] / "docs" / "mixed-batches.md").read_text()
+    measured = bench_sim.measured()
+    curve, layers = sim.profile_curve(measured)
+    for rest, quoted in ((0.0, "| {name} | {a} {b:.2f} | {c} {d:.2f} | {g:.3f} |"),
+                         (3.0, "go from {b:.2f} to\n{d:.2f} tok/s ({g:.3f}x)")):
+        results = mixed.compare_policies(sim.policies(K), mixed.mix(2), measured["acceptance"], K,
+                                         sim.step_seconds(curve, layers, [rest], 2, K, sim.Overlap()),
+                                         mixed.curve_cost(curve, layers, [rest], K))
+        names = ("phase 1/2", "phase 0/2", "adaptive") if rest == 0.0 else ("phase 0/2",)
+        for name in names:
+            c = results[name]
+            assert quoted.format(name="adaptive-like" if name == "adaptive" else name,
+                                 a=mixed.depths_text(c.uniform.depths), b=c.uniform.tok_s,
+                                 c=mixed.depths_text(c.per_request.depths), d=c.per_request.tok_s, g=c.gain) in doc
