@@ -326,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         print("acceptance at depth 2 (vLLM's metrics): " + ", ".join(
             f"{phase} {acceptance(cells, phase):.3f} (set {spec['acceptance_set'][phase]})"
             for phase in PHASES))
+        if chain := spec.get("draft_chain"):  # DSpark: later drafts chained by the filter (ci/fork-gpu/drafts.py)
+            print(f"the drafter's own later drafts already the cycle's successor: {chain['agreed']} of {chain['checked']}")
         start = spec.get("adaptive_step_cost")
         print("adaptive started from " + (f"the run's measure profile: step_cost {start}" if start else
                                           "no step costs (it timed them itself)"))

@@ -10,7 +10,8 @@ A step runs from one replay of the target's decode graph to the next. Of that:
   stream was idle, i.e. hidden behind the CPU experts;
 - outside the graph: the drafter, sampling, the scheduler and the handoffs.
 
-Usage: python -m bench.step_timeline RESDIR   (exit 1 when a trace is missing, unreadable or has no replay)
+Usage: python -m bench.step_timeline RESDIR [--kernels N]   (exit 1 when a trace is missing, unreadable or has
+no replay; --kernels N: also each trace's N kernels with the most GPU time a step, on every stream)
 """
 
 import gzip
@@ -66,15 +67,36 @@ def graph_replays(events: list[Event]) -> list[list[Event]]:
     return [by_launch[c] for c in sorted(by_launch, key=launches.__getitem__)]
 
 
-def step_split(events: list[Event]) -> dict[str, float]:
-    """Medians over the steps of one trace, in ms. The target's graph is the larger kind
-    of replay (the drafter's graphs hold a layer or two); a step runs from one target
-    replay's first kernel to the next one's."""
+def target_replays(events: list[Event]) -> list[list[Event]]:
+    """The target's graph replays: the larger kind (the drafter's graphs hold a layer or two)."""
     replays = graph_replays(events)
     if not replays:
         raise ValueError("no graph replay with kernels in the trace")
     most = max(len(r) for r in replays)
-    target = [r for r in replays if len(r) > most // 2]
+    return [r for r in replays if len(r) > most // 2]
+
+
+def top_kernels(events: list[Event], top: int) -> list[tuple[str, float]]:
+    """The `top` kernels by GPU time a step (ms, mean over the steps), on every stream,
+    inside the target's graph or not (the drafter's graphs, eager kernels), from one target
+    replay's first kernel to the next one's."""
+    starts = [min(e["ts"] for e in r) for r in target_replays(events)]
+    if len(starts) < 2:
+        raise ValueError("fewer than two target graph replays in the trace")
+    kernels = sorted((e["ts"], e["dur"], e["name"]) for e in events if e.get("ph") == "X" and e.get("cat") == "kernel")
+    total: dict[str, float] = defaultdict(float)
+    for ts, dur, name in kernels:
+        if starts[0] <= ts < starts[-1]:
+            total[name] += dur
+    steps = len(starts) - 1
+    return [(name, us / steps / 1000) for name, us in sorted(total.items(), key=lambda kv: -kv[1])[:top]]
+
+
+def step_split(events: list[Event]) -> dict[str, float]:
+    """Medians over the steps of one trace, in ms. The target's graph is the larger kind
+    of replay (the drafter's graphs hold a layer or two); a step runs from one target
+    replay's first kernel to the next one's."""
+    target = target_replays(events)
     rows = defaultdict(list)
     for this, after in pairwise(target):
         spans = [(e["ts"], e["ts"] + e["dur"]) for e in this]
@@ -108,7 +130,7 @@ COLUMNS = ("step", "target graph", "main stream busy", "main stream idle", "side
 LABELS = ("step", "graph", "main busy", "main idle", "side busy", "side hidden", "outside")  # 11 wide
 
 
-def main(resdir: Path) -> int:
+def main(resdir: Path, kernels: int = 0) -> int:
     traces = sorted(resdir.glob("trace-*.json*"))
     if not traces:
         print(f"no trace-*.json.gz in {resdir}: run ci/fork-gpu/e2e with E2E_PROFILE=1 (the default)")
@@ -127,8 +149,34 @@ def main(resdir: Path) -> int:
             failed += 1
             continue
         print(f"{name:28} {split['steps']:5.0f} " + " ".join(f"{split[c]:11.2f}" for c in COLUMNS))
+    if kernels:
+        failed += print_top_kernels(traces, kernels)
     return 1 if failed else 0
 
 
+def print_top_kernels(traces: list[Path], top: int) -> int:
+    """Each trace's `top` kernels by GPU time a step; the count of traces that failed."""
+    failed = 0
+    for path in traces:
+        name = path.name.split(".")[0].removeprefix("trace-")
+        try:
+            rows = top_kernels(read(path), top)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"{name}: FAILED: {e}")
+            failed += 1
+            continue
+        print(f"{name}: top {top} kernels, ms a step (every stream, the drafter's graphs and eager kernels too)")
+        for kernel, ms in rows:
+            print(f"  {ms:9.3f}  {kernel[:110]}")
+    return failed
+
+
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Where a decode step's time goes, from the e2e benchmark's traces.")
+    parser.add_argument("resdir", type=Path, help="the folder of trace-*.json.gz")
+    parser.add_argument("--kernels", type=int, default=0, metavar="N",
+                        help="also each trace's N kernels with the most GPU time a step")
+    options = parser.parse_args()
+    sys.exit(main(options.resdir, options.kernels))

@@ -5,15 +5,24 @@ and the rejected tokens of a step are as distinct as real wrong drafts: each rou
 its own experts, and a step costs what a real one does. Applied eagerly after propose(), outside
 the drafter's own graph, and never while a graph is captured. Lossless under
 greedy decoding, as any draft the target verifies (with temperature > 0 the
-rejection sampler would weigh the swapped token by the drafter's probabilities)."""
+rejection sampler would weigh the swapped token by the drafter's probabilities).
+
+With `chain` (the target's known greedy successor of every token), a draft after the
+first is first set to the successor of the draft before it: the right token wherever the
+draft before it is right, so acceptance is the one set also where a drafter's later
+positions miss on random weights (DSpark's Markov-chained second draft). How often the
+drafter's own later drafts already were that token is counted (`chain_agreement`)."""
 
 import torch
 
 
 class DraftFilter:
-    def __init__(self, vocab: int) -> None:
+    def __init__(self, vocab: int, chain: list[int] | None = None) -> None:
         self.vocab = vocab  # the target's: replacements are embedded
+        self.chain = chain
         self.active = False
+        self._next: torch.Tensor | None = None
+        self._checked, self._agreed = 0, None  # later drafts seen, and those equal to the chain's (on the device)
         self._keep: dict[tuple[int, ...], float] = {}
         self._default = 1.0
         self._table: torch.Tensor | None = None
@@ -24,7 +33,7 @@ class DraftFilter:
         self._default, self._keep, self._table = default, dict(groups or {}), None
 
     def __call__(self, drafts: torch.Tensor) -> torch.Tensor:
-        if not self.active or torch.cuda.is_current_stream_capturing():
+        if not self.active or (drafts.is_cuda and torch.cuda.is_current_stream_capturing()):
             return drafts
         if self._table is None:
             table = torch.full((self.vocab,), self._default)
@@ -32,9 +41,28 @@ class DraftFilter:
                 table[list(tokens)] = keep
             self._table = table.to(drafts.device)
             self._gen = self._gen or torch.Generator(drafts.device).manual_seed(0)
+        if self.chain is not None and drafts.dim() == 2 and drafts.shape[1] > 1:
+            drafts = self._chained(drafts)
         kept = torch.rand(drafts.shape, device=drafts.device, generator=self._gen) < self._table[drafts.long()]
         shift = torch.randint(1, self.vocab, drafts.shape, device=drafts.device, generator=self._gen, dtype=drafts.dtype)
         return torch.where(kept, drafts, (drafts + shift) % self.vocab)
+
+    def _chained(self, drafts: torch.Tensor) -> torch.Tensor:
+        """Each later draft the successor of the one before; counts the drafter's own agreeing."""
+        if self._next is None:
+            self._next = torch.tensor(self.chain, device=drafts.device, dtype=torch.long)
+        columns = [drafts[:, 0]]
+        for _ in range(1, drafts.shape[1]):
+            columns.append(self._next[columns[-1].long()].to(drafts.dtype))
+        chained = torch.stack(columns, dim=1)
+        agreed = (chained[:, 1:] == drafts[:, 1:]).sum()  # stays on the device: no sync in the step
+        self._agreed = agreed if self._agreed is None else self._agreed + agreed
+        self._checked += drafts[:, 1:].numel()
+        return chained
+
+    def chain_agreement(self) -> dict[str, int]:
+        """Later drafts chained, and how many the drafter had already drafted as the chain's."""
+        return {"checked": self._checked, "agreed": int(self._agreed) if self._agreed is not None else 0}
 
     def install(self) -> None:
         """Wrap every speculator model runner v2 makes."""

@@ -41,7 +41,7 @@ from itertools import count, pairwise
 from pathlib import Path
 
 from drafts import DraftFilter
-from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, VOCAB, install_loader
+from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, VOCAB, install_loader, successor
 from harness import DSV4_ENGINE, ENGINE, GRAPHS, Counters, spec_metrics
 
 from ds4x.core.depth_mixed import mix, mixed_batches
@@ -202,7 +202,7 @@ def main() -> dict:
     install_model()
     counters = Counters(K)
     managers = counters.install()
-    drafts = DraftFilter(VOCAB)
+    drafts = DraftFilter(VOCAB, chain=successor() if DSV4 else None)  # DSpark's 2nd draft: drafts.py
     keep = {phase: depth_sim.conditional(ACCEPTANCE[phase], K) for phase in PHASES}
     drafts.set(groups={CYCLES[phase]: keep[phase] for phase in PHASES})
     drafts.install()
@@ -240,7 +240,8 @@ def main() -> dict:
                 write({**result, **counters.report(managers)})
     if os.environ.get("E2E_PROFILE", "1") != "0":
         result["traces"] = profile(llm, log, texts, scheduling, ids)
-    return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm)}
+    chain = {"draft_chain": drafts.chain_agreement()} if DSV4 else {}
+    return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm), **chain}
 
 
 def warm_up(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: count) -> None:

@@ -17,8 +17,8 @@ from bench import step_timeline
 MAIN, SIDE = 7, 21
 
 
-def kernel(corr: int, ts: float, dur: float, stream: int = MAIN) -> dict[str, Any]:
-    return {"ph": "X", "cat": "kernel", "name": "k", "ts": ts, "dur": dur,
+def kernel(corr: int, ts: float, dur: float, stream: int = MAIN, name: str = "k") -> dict[str, Any]:
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur,
             "args": {"correlation": corr, "stream": stream}}
 
 
@@ -30,12 +30,12 @@ def launch(corr: int, ts: float) -> dict[str, Any]:
 def target_step(corr: int, t0: float) -> list[dict[str, Any]]:
     """Two layers: 100 µs of kernels, a 1000 µs wait for the CPU experts with a 300 µs
     shared expert on the side stream inside it, then 100 µs of kernels; 1200 µs in all."""
-    return [launch(corr, t0 - 10), kernel(corr, t0, 100), kernel(corr, t0 + 150, 300, SIDE),
+    return [launch(corr, t0 - 10), kernel(corr, t0, 100), kernel(corr, t0 + 150, 300, SIDE, "shared"),
             kernel(corr, t0 + 1100, 100)]
 
 
 def drafter(corr: int, t0: float) -> list[dict[str, Any]]:
-    return [launch(corr, t0 - 10), kernel(corr, t0, 50)]
+    return [launch(corr, t0 - 10), kernel(corr, t0, 50, name="draft")]
 
 
 def trace(steps: int = 4) -> list[dict[str, Any]]:
@@ -79,3 +79,21 @@ def test_report_reads_gzip_and_fails_closed(tmp_path: Path, capsys: pytest.Captu
     (tmp_path / "trace-spec-x2-0.json.gz").write_bytes(gzip.compress(json.dumps({"traceEvents": []}).encode()))
     assert step_timeline.main(tmp_path) == 1
     assert "spec-x2-0" in capsys.readouterr().out.split("FAILED")[0].splitlines()[-1]
+
+
+def test_top_kernels_are_ranked_by_gpu_time_a_step_on_every_stream() -> None:
+    top = step_timeline.top_kernels(trace(), 2)  # the eager kernel before the first step is left out
+    assert [name for name, _ in top] == ["shared", "k"]
+    assert [ms for _, ms in top] == pytest.approx([0.3, 0.2])
+    name, ms = step_timeline.top_kernels(trace(), 5)[-1]
+    assert name == "draft" and ms == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="fewer than two"):
+        step_timeline.top_kernels(trace(steps=1), 2)
+
+
+def test_report_prints_each_traces_top_kernels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with gzip.open(tmp_path / "trace-spec-x2-0.json.gz", "wt") as f:
+        json.dump({"traceEvents": trace()}, f)
+    assert step_timeline.main(tmp_path, kernels=3) == 0
+    out = capsys.readouterr().out.split("top 3 kernels")[1].splitlines()
+    assert [line.split()[1] for line in out[1:4]] == ["shared", "k", "draft"]
