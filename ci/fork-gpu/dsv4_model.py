@@ -19,9 +19,13 @@ of lm_head is t's embedding. DSpark's Markov head maps the previous token to its
 successor (rank-64 random codes, margin far above lm_head's), so its drafts are right
 and `DraftFilter` sets acceptance.
 
+DSV4_LAYERS (default 3) gives the target more layers of the same kinds (compressed 4:1 and
+128:1 in turn after layer 0), to bring the CPU experts' share of a step near a real box's.
+
 Usage: dsv4_model.py DEST   -> DEST/target, DEST/draft (configs and tokenizer)"""
 
 import json
+import os
 import sys
 import zlib
 from pathlib import Path
@@ -60,10 +64,19 @@ DRAFT = {**CONFIG, "dspark_target_layer_ids": TARGET_LAYERS_FOR_DRAFT, "dspark_m
          "n_mtp_layers": 1, "dspark_noise_token_id": NOISE_TOKEN, "num_nextn_predict_layers": 1}
 
 
+def configs(layers: int) -> tuple[dict, dict]:
+    """The target's and the draft's config for a target of `layers` layers (at least 3)."""
+    if layers < LAYERS:
+        raise ValueError(f"DSV4_LAYERS={layers}: at least {LAYERS} (one layer of each attention kind)")
+    ratios = [0] + [4 if i % 2 else 128 for i in range(1, layers)]
+    more = {"num_hidden_layers": layers, "compress_ratios": ratios}
+    return {**CONFIG, **more}, {**DRAFT, **more}
+
+
 def write(dest: Path) -> None:
     from engine.tiny_model import tokenizer
 
-    for name, config in (("target", CONFIG), ("draft", DRAFT)):
+    for name, config in zip(("target", "draft"), configs(int(os.environ.get("DSV4_LAYERS", LAYERS))), strict=True):
         tok = tokenizer(dest / name)
         assert len(tok) <= VOCAB and tok.convert_tokens_to_ids(["<think>", "</think>"]) == [THINK, END_THINK]
         (dest / name / "config.json").write_text(json.dumps(config, indent=1))

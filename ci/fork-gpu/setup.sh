@@ -15,3 +15,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 tar xzf $TREE -C /tmp/fork && python3 ci/fork-gpu/prepare_fork.py /tmp/fork /tmp/fsite $TARGET || exit 1
 export PYTHONPATH=/tmp/fork:/tmp/fsite:/tmp/site:$PWD LVLLM_ENABLE_NUMA_INTERLEAVE=0 DS4X_GPU_TARGET=$TARGET
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name(0))'
+# Torch's CPU threads as `vllm serve` has them: its multiprocessing executor sets OMP_NUM_THREADS=1
+# in each GPU worker where unset. The harness runs the engine in-process
+# (VLLM_ENABLE_V1_MULTIPROCESSING=0), where torch would keep a thread a core beside lk_moe's LK_THREADS.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
