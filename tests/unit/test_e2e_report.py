@@ -202,8 +202,8 @@ def test_a_committed_report_reprints_byte_for_byte_from_its_run(run: str, capsys
 def median_step_ms(run: str, requests: int, depth: str) -> float:
     """The median over a committed run's fixed-depth cells of their median step at `depth`."""
     cells = json.loads((Path(e2e_decode.__file__).parent / "results" / run / "e2e-spec.json").read_text())["cells"]
-    return statistics.median(c["steps"][depth]["median_ms"] for c in cells
-                             if c["policy"] == f"fixed {depth}" and c["requests"] == requests)
+    return float(statistics.median(c["steps"][depth]["median_ms"] for c in cells
+                                   if c["policy"] == f"fixed {depth}" and c["requests"] == requests))
 
 
 def test_the_deepseek_v4_runs_pass_and_torch_threads_were_what_slowed_two_requests() -> None:
