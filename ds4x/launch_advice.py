@@ -74,20 +74,25 @@ def from_committed(current: str, k: int, sampled: str | None, root: Path) -> Adv
 
 
 def from_profile(config: draft_depth.DraftDepthConfig, k: int, profile: dict[str, Any], where: Path) -> Advice | None:
-    """The profile's own draft_depth against the script's reasoning depth, at the profile's acceptance."""
+    """The profile's own draft_depth against the script's reasoning depth, at the profile's acceptance,
+    for each batch size its step costs are given by (measure writes them by running requests)."""
     costs = profile["draft_depth"]["step_cost"]
+    by_requests = {int(n): c for n, c in costs.items()} if isinstance(costs, dict) else {1: costs}
     acceptance = profile["measured"]["acceptance"][draft_depth.REASONING]
-    rates = [t / c for t, c in zip(expected_tokens_by_depth([acceptance] * k, len(costs) - 1), costs)]
     mine = config.phase_depth(draft_depth.REASONING, k)
     depth = k if isinstance(config, draft_depth.FixedDepth) else mine
-    best = max(range(len(rates)), key=rates.__getitem__)
-    if depth is None or depth >= len(rates) or rates[best] <= rates[depth]:
+    found = []
+    for requests, cost in sorted(by_requests.items()):
+        rates = [t / c for t, c in zip(expected_tokens_by_depth([acceptance] * k, len(cost) - 1), cost)]
+        best = max(range(len(rates)), key=rates.__getitem__)
+        if depth is not None and depth < len(rates) and rates[best] > rates[depth]:
+            found.append(f"at {requests} running request(s), step costs {cost}: depth {best} yields "
+                         f"{rates[best] / rates[depth]:.2f}x the tokens per step cost of depth {depth}")
+    if not found:
         return None
     obj = dict(profile["draft_depth"])
     return Advice(f"verifying {depth} draft(s) while reasoning: at this machine's reasoning acceptance {acceptance} "
-                  f"and step costs {costs} (plan --measure profile {where}), depth {best} yields "
-                  f"{rates[best] / rates[depth]:.2f}x the tokens per step cost of depth {depth}: add "
-                  f"\"draft_depth\": {json.dumps(obj)}", obj)
+                  f"(plan --measure profile {where}), {'; '.join(found)}: add \"draft_depth\": {json.dumps(obj)}", obj)
 
 
 def advise(spec: dict[str, Any], k: int, profile: tuple[dict[str, Any], Path] | None,
