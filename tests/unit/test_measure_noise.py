@@ -15,10 +15,8 @@ import pytest
 
 from ds4x.cli import main
 from ds4x.core import measure_analysis as analysis
+from tests.integration.test_measure import config
 
-SMALL = {"num_hidden_layers": 4, "hidden_size": 512, "moe_intermediate_size": 256, "n_routed_experts": 16,
-         "num_experts_per_tok": 2, "vocab_size": 1000, "num_attention_heads": 4, "head_dim": 64,
-         "expert_dtype": "fp4"}
 TOKENS = [1, 2, 3, 4, 6]  # -k 2 at plan's --max-num-seqs 2
 CLEAN = [1.0, 1.6, 2.1, 2.5, 3.2]
 DIP = [1.0, 2.78, 2.55, 3.0, 3.5]  # the issue's busy 2-core run: verifying two drafts cheaper than one
@@ -46,12 +44,11 @@ print(json.dumps({{"threads": threads, "ram_gbs": 10.0, "path": "cpu_prefill", "
 def measure(tmp_path: Path, curves: list[tuple[list[float], float]], budget: int = 60) -> tuple[int, list[dict[str, Any]]]:
     """plan --measure at LK_THREADS 1 and 2 on the stand-in answering `curves` (ms by token count,
     the repeats' spread) in order, the last one from then on: the exit code and the jobs it ran."""
-    (tmp_path / "config.json").write_text(json.dumps(SMALL))
     (tmp_path / "curves.json").write_text(json.dumps(curves))
     python = tmp_path / "python"
     python.write_text(STANDIN.format(python=sys.executable))
     python.chmod(0o755)
-    code = main(["plan", "--measure", "--config", str(tmp_path / "config.json"), "--python", str(python),
+    code = main(["plan", "--measure", "--config", str(config(tmp_path)), "--python", str(python),
                  "--threads", "1", "2", "--budget", str(budget), "--profile-out", str(tmp_path / "p.json")])
     jobs = [json.loads(line) for line in (tmp_path / "jobs.jsonl").read_text().splitlines()]
     assert all(job["tokens"] == TOKENS for job in jobs)
