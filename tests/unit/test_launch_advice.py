@@ -37,6 +37,19 @@ def test_fixed_k_gets_the_committed_figures_and_the_object(tmp_path: Path, capsy
     assert json.dumps(named_policies(2)["phase 0/2"].draft_depth) in line
 
 
+def test_a_policy_worse_while_answering_gets_the_answering_figures(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """fixed 0 reasons as phase 0/2 does; it lost while answering, in every committed run at two requests."""
+    runs = launch_advice.committed_ratios("phase 0/2", "fixed 0", HOME.root / launch_advice.RESULTS, "answer")
+    assert runs and min(r[1] for r in runs) > 1.0
+    spec = json.dumps({**json.loads(SPEC), "draft_depth": named_policies(2)["fixed 0"].draft_depth})
+    [line] = findings(tmp_path, capsys, spec)
+    figures = [f"{min(r[i] for r in runs):.2f}-{max(r[i] for r in runs):.2f}x" for i in (0, 1)]
+    assert (f"fixed 0 verifies fewer drafts while answering: phase 0/2 measured {figures[0]} fixed 0 there at one "
+            f"request, {figures[1]} at two") in line, line
+    assert "while reasoning" not in line and json.dumps(named_policies(2)["phase 0/2"].draft_depth) in line
+
+
 def test_the_advised_policy_gets_no_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = json.dumps({"method": "dspark", "num_speculative_tokens": 2,
                        "draft_depth": named_policies(2)["phase 0/2"].draft_depth})
