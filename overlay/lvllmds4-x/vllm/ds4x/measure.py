@@ -49,8 +49,7 @@ MAX_BUDGET_S, MAX_GPU_MS = 86400, 60000  # a day of timing; a minute per step
 MAX_THREADS_PER_CORE = 8  # LK_THREADS above the core count is the trap measured; far above it, a typo
 MAX_THREADS = 4096  # the parse's bound; check() holds --threads to MAX_THREADS_PER_CORE x this machine's cores
 ROUNDS = 3  # the worker times every token count in turn this often; the rounds' medians are the repeats
-FIRST_SHARE = 0.5  # of --budget for the sweep; the rest times a noisy curve again (RETIMES times at most)
-RETIMES = 2
+FIRST_SHARE, RETIMES = 0.5, 2  # the sweep's share of --budget; the rest times a noisy curve again, twice at most
 DEFAULT_GPU_MS = 28.5  # the GPU side of DeepSeek-V4-Flash's K=2 step on an RTX 5090 (153.5 - 125.0 ms reported)
 
 
@@ -149,18 +148,19 @@ Timed = dict[int, tuple[list[list[float]], list[int]]]
 """by token count: each round's seconds a call, and the distinct experts of every call's routing"""
 
 
-def _rounds(spec: dict[str, Any], callers: dict[int, tuple[str, Callable[[Any], None], Callable[[Any], Any]]]
-            ) -> Timed:
+def _rounds(moe: Any, spec: dict[str, Any]) -> tuple[str, Timed]:
     """Every token count timed in turn, ROUNDS times, each within its share of the
-    budget (at least 2 timed calls after one that warms up)."""
+    budget (at least 2 timed calls after one that warms up); the path timed. One
+    count's buffers at a time, as the engine holds them."""
     import numpy as np
 
     rng = np.random.default_rng(1)
-    experts, top_k = spec["experts"], spec["top_k"]
-    share = spec["budget_s"] / len(callers) / ROUNDS
-    timed: Timed = {tokens: ([], []) for tokens in callers}
+    experts, top_k, path = spec["experts"], spec["top_k"], ""
+    share = spec["budget_s"] / len(spec["tokens"]) / ROUNDS
+    timed: Timed = {tokens: ([], []) for tokens in spec["tokens"]}
     for _ in range(ROUNDS):
-        for tokens, (_, call, place) in callers.items():
+        for tokens in spec["tokens"]:
+            path, call, place = _caller(moe, spec, tokens)
             samples: list[float] = []
             end = time.perf_counter() + share
             while len(samples) < 3 or (time.perf_counter() < end and len(samples) < 500 // ROUNDS):
@@ -171,7 +171,7 @@ def _rounds(spec: dict[str, Any], callers: dict[int, tuple[str, Callable[[Any], 
                 samples.append(time.perf_counter() - start)
                 timed[tokens][1].append(len(np.unique(ids)))
             timed[tokens][0].append(samples[1:])  # the first call after another token count warms up
-    return timed
+    return path, timed
 
 
 def worker(spec: dict[str, Any]) -> dict[str, Any]:
@@ -184,11 +184,11 @@ def worker(spec: dict[str, Any]) -> dict[str, Any]:
         result["ram_gbs"] = ram_read_gbs(spec["bandwidth"])
     moe, arrays = _layer(spec)
     del arrays  # lk_moe holds its own copy
-    callers = {tokens: _caller(moe, spec, tokens) for tokens in spec["tokens"]}
+    path, timed = _rounds(moe, spec)
     cases = [{"tokens": tokens, "ms": 1000 * statistics.median([s for one in rounds for s in one]),
               "calls": sum(map(len, rounds)), "repeats": [1000 * statistics.median(one) for one in rounds],
-              "distinct": statistics.fmean(distinct)} for tokens, (rounds, distinct) in _rounds(spec, callers).items()]
-    return {**result, "path": next(iter(callers.values()))[0], "cases": cases}
+              "distinct": statistics.fmean(distinct)} for tokens, (rounds, distinct) in timed.items()]
+    return {**result, "path": path, "cases": cases}
 
 
 # ---- the driver
@@ -317,8 +317,9 @@ def add_arguments(p: argparse.ArgumentParser, shared: bool = True) -> None:
                    help="expert format (auto: the config's expert_dtype; fp4 -> mxfp4)")
     p.add_argument("--num-speculative-tokens", "-k", type=bounded.count(1, MAX_K), default=2, help="K: draft depths 0..K (default 2)")
     p.add_argument("--threads", type=bounded.count(1, MAX_THREADS), nargs="+", help="LK_THREADS values (default: up to the core count)")
-    p.add_argument("--budget", type=float, default=90.0, help="seconds of timing in all: half for the sweep, half kept to time a noisy curve again "
-                        "(more tokens costing less, or repeats spread past measure_analysis.SPREAD_BOUND; default 90)")
+    p.add_argument("--budget", type=float, default=90.0,
+                   help="seconds of timing in all: half for the sweep, half kept to time a noisy curve again (more "
+                        "tokens costing less, or rounds spread past measure_analysis.SPREAD_BOUND; default 90)")
     p.add_argument("--acceptance", type=bounded.fraction(0, 1), nargs=2, metavar=("REASONING", "ANSWER"), default=(0.39, 0.89),
                    help="draft acceptance per phase at depth K (default 0.39 0.89, DSpark K=2 as reported)")
     p.add_argument("--gpu-ms", type=float, nargs="+", default=[DEFAULT_GPU_MS], metavar="MS",
