@@ -225,7 +225,7 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
         warnings.append(advice.message)
         found.fixes.append(launch_args.Fix("--speculative-config", "draft_depth", advice.draft_depth, advice.message))
     _check_graphs(launch, found)
-    _check_graph_depths(config, k, warnings)
+    _check_graph_depths(config, k, spec.get("draft_depth"), found, fixed=bool(advice))
 
 
 def _check_graphs(launch: Launch, found: Findings) -> None:
@@ -241,9 +241,17 @@ def _check_graphs(launch: Launch, found: Findings) -> None:
         found.fixes.append(launch_args.Fix("--compilation-config", "cudagraph_mode", "FULL_DECODE_ONLY", why))
 
 
-def _check_graph_depths(config: draft_depth.DraftDepthConfig, k: int, warnings: list[str]) -> None:
+def _check_graph_depths(config: draft_depth.DraftDepthConfig, k: int, given: Any, found: Findings,
+                        fixed: bool) -> None:
+    """Graphs at every depth the policy chooses; the fix adds the missing ones to the user's object
+    (`fixed`: the advice already replaces that object, with graphs at every depth)."""
     chosen = {d for phase in (draft_depth.REASONING, draft_depth.ANSWER) if (d := config.phase_depth(phase, k)) is not None}
     missing = chosen - set(config.verify_depths(k))
-    if missing:
-        warnings.append(f"draft_depth.graph_depths {sorted(config.verify_depths(k))} lacks the depths the policy "
-                        f"chooses {sorted(missing)}: those steps verify the next graph depth up")
+    if not missing:
+        return
+    depths = sorted(set(config.verify_depths(k)) | missing)
+    found.warnings.append(f"draft_depth.graph_depths {sorted(config.verify_depths(k))} lacks the depths the policy "
+                          f"chooses {sorted(missing)}: those steps verify the next graph depth up; give {depths}")
+    if not fixed and isinstance(given, dict):
+        found.fixes.append(launch_args.Fix("--speculative-config", "draft_depth", {**given, "graph_depths": depths},
+                                           found.warnings[-1]))

@@ -36,58 +36,71 @@ def policy_name(config: draft_depth.DraftDepthConfig, k: int) -> str | None:
                  if draft_depth.parse_draft_depth(p.draft_depth, k) == config), None)
 
 
-def committed_ratios(policy: str, against: str, results: Path) -> list[tuple[float, float]]:
+def committed_ratios(policy: str, against: str, results: Path,
+                     phase: str = draft_depth.REASONING) -> list[tuple[float, float]]:
     """Per committed run: the (one-request, two-request) median per-round tok/s
-    ratio of `policy` to `against` while reasoning."""
+    ratio of `policy` to `against` in `phase`."""
     out = []
     for path in sorted(results.glob(RUNS)):
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        one, two = (_median_ratio(cells, policy, against, n) for n in (1, 2))
+        one, two = (_median_ratio(cells, policy, against, n, phase) for n in (1, 2))
         if one is not None and two is not None:
             out.append((one, two))
     return out
 
 
-def _median_ratio(cells: list[dict[str, Any]], policy: str, against: str, requests: int) -> float | None:
-    mine = [c for c in cells if c["phase"] == draft_depth.REASONING and c["requests"] == requests]
+def _median_ratio(cells: list[dict[str, Any]], policy: str, against: str, requests: int, phase: str) -> float | None:
+    mine = [c for c in cells if c["phase"] == phase and c["requests"] == requests]
     base = {c["round"]: c["tok_s"] for c in mine if c["policy"] == against}
     ratios = [c["tok_s"] / base[c["round"]] for c in mine if c["policy"] == policy and c["round"] in base]
     return statistics.median(ratios) if ratios else None
 
 
+WHY = {draft_depth.REASONING: "verifies drafts while reasoning too", draft_depth.ANSWER: "verifies fewer drafts while answering"}
+"""what a policy measured worse than phase 0/K does, by the phase it lost in"""
+
+
 def from_committed(current: str, k: int, sampled: str | None, root: Path) -> Advice | None:
-    """phase 0/K (adaptive where drafts are not greedy) against the script's policy, as measured."""
+    """phase 0/K (adaptive where drafts are not greedy) against the script's policy, as measured in each phase."""
     if sampled not in (None, SAMPLED_WITH):
         adaptive = named_policies(k)["adaptive"].draft_depth or {}
         return Advice(f"draft_sample_method {sampled}: the phase depths were measured with {SAMPLED_WITH} drafts; "
                       f"adaptive measures each request's acceptance as it runs: add {json.dumps(adaptive)}", adaptive)
-    best = f"phase 0/{k}"
-    runs = committed_ratios(best, current, root / RESULTS)
-    if current == best or not runs or min(r[0] for r in runs) <= 1.0:
+    best, lost, counted = f"phase 0/{k}", [], 0
+    for phase, why in WHY.items():
+        runs = [] if current == best else committed_ratios(best, current, root / RESULTS, phase)
+        if runs and any(min(r[i] for r in runs) > 1.0 for i in (0, 1)):  # worse in every run, at 1 or 2 requests
+            one, two = [f"{min(r[i] for r in runs):.2f}-{max(r[i] for r in runs):.2f}x" for i in (0, 1)]
+            lost.append(f"{current} {why}: {best} measured {one} {current} there at one request, {two} at two")
+            counted = max(counted, len(runs))
+    if not lost:
         return None
-    one, two = [f"{min(r[i] for r in runs):.2f}-{max(r[i] for r in runs):.2f}x" for i in (0, 1)]
     obj = named_policies(k)[best].draft_depth or {}
-    return Advice(f"{current} verifies drafts while reasoning too: {best} measured {one} {current} there at one "
-                  f"request, {two} at two (committed H200 measurements, DeepSeek-V4 stand-in, {len(runs)} runs: "
+    return Advice(f"{'; '.join(lost)} (committed H200 measurements, DeepSeek-V4 stand-in, {counted} runs: "
                   f"{RESULTS}/{RUNS}; for this machine: plan --measure, then --check-launch --profile FILE): add "
                   f"\"draft_depth\": {json.dumps(obj)}", obj)
 
 
 def from_profile(config: draft_depth.DraftDepthConfig, k: int, profile: dict[str, Any], where: Path) -> Advice | None:
-    """The profile's own draft_depth against the script's reasoning depth, at the profile's acceptance."""
+    """The profile's own draft_depth against the script's reasoning depth, at the profile's acceptance,
+    for each batch size its step costs are given by (measure writes them by running requests)."""
     costs = profile["draft_depth"]["step_cost"]
+    by_requests = {int(n): c for n, c in costs.items()} if isinstance(costs, dict) else {1: costs}
     acceptance = profile["measured"]["acceptance"][draft_depth.REASONING]
-    rates = [t / c for t, c in zip(expected_tokens_by_depth([acceptance] * k, len(costs) - 1), costs)]
     mine = config.phase_depth(draft_depth.REASONING, k)
     depth = k if isinstance(config, draft_depth.FixedDepth) else mine
-    best = max(range(len(rates)), key=rates.__getitem__)
-    if depth is None or depth >= len(rates) or rates[best] <= rates[depth]:
+    found = []
+    for requests, cost in sorted(by_requests.items()):
+        rates = [t / c for t, c in zip(expected_tokens_by_depth([acceptance] * k, len(cost) - 1), cost)]
+        best = max(range(len(rates)), key=rates.__getitem__)
+        if depth is not None and depth < len(rates) and rates[best] > rates[depth]:
+            found.append(f"at {requests} running request(s), step costs {cost}: depth {best} yields "
+                         f"{rates[best] / rates[depth]:.2f}x the tokens per step cost of depth {depth}")
+    if not found:
         return None
     obj = dict(profile["draft_depth"])
     return Advice(f"verifying {depth} draft(s) while reasoning: at this machine's reasoning acceptance {acceptance} "
-                  f"and step costs {costs} (plan --measure profile {where}), depth {best} yields "
-                  f"{rates[best] / rates[depth]:.2f}x the tokens per step cost of depth {depth}: add "
-                  f"\"draft_depth\": {json.dumps(obj)}", obj)
+                  f"(plan --measure profile {where}), {'; '.join(found)}: add \"draft_depth\": {json.dumps(obj)}", obj)
 
 
 def advise(spec: dict[str, Any], k: int, profile: tuple[dict[str, Any], Path] | None,

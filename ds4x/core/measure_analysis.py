@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""measure's analysis half, pure: a timed lk_moe curve into warnings, tables, step costs, predictions and the profile.
+"""measure's analysis half, pure: a timed lk_moe curve into warnings, its noise, tables, step costs, predictions and the profile.
 
 The fork's ``vllm.ds4x.measure`` times lk_moe (its command line and worker
 processes) and hands the runs here; ``plan --measure`` and the tests read
@@ -9,6 +9,8 @@ the same arithmetic by name.
 
 from __future__ import annotations
 
+import itertools
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +19,8 @@ from . import depth_mixed, depth_sim
 SLOWDOWN = 1.5  # a thread count this much slower than the best is worth a warning
 PREDICT_TOKENS = {"reasoning": 3000, "answer": 800}  # a request's tokens per phase in the predictions
 PREDICT_SEEDS = 10  # simulated runs a prediction averages
+SPREAD_BOUND = 0.2  # a token count whose repeats' medians differ by more than this share of their median is noise
+DROP_SLACK = 0.05  # more tokens costing more than this share less than fewer: noise (more experts never cost less)
 Run = dict[str, Any]
 """one LK_THREADS setting's timings, as measure's worker writes them"""
 
@@ -33,12 +37,32 @@ def thread_warnings(runs: list[Run]) -> tuple[Run, list[str]]:
     return best, warnings
 
 
+def spread(case: dict[str, Any]) -> float:
+    """How far one token count's repeats (the worker's rounds) lie apart, as a share of their median."""
+    repeats = [float(ms) for ms in case.get("repeats") or [case["ms"]]]
+    return (max(repeats) - min(repeats)) / statistics.median(repeats)
+
+
+def noise(run: Run) -> list[str]:
+    """Why a curve is too noisy to advise from: more tokens that cost less, or repeats
+    spread past SPREAD_BOUND, each with its figures; none for a clean curve."""
+    cases = sorted(run["cases"], key=lambda case: case["tokens"])
+    found = [f"{b['tokens']} tokens cost {b['ms']:.2f} ms, less than {a['tokens']} at {a['ms']:.2f}"
+             for a, b in itertools.pairwise(cases) if b["ms"] < (1 - DROP_SLACK) * a["ms"]]
+    wide = max(cases, key=spread)
+    if spread(wide) > SPREAD_BOUND:
+        found.append(f"repeats at {wide['tokens']} tokens spread {spread(wide):.0%} of their median "
+                     f"(bound {SPREAD_BOUND:.0%})")
+    return found
+
+
 def curve_table(run: Run, expert_bytes: float, moe_layers: int) -> list[str]:
-    """The curve by tokens: distinct experts, ms a layer and a step, effective GB/s."""
-    lines = [f"{'tokens':>6} {'distinct experts':>17} {'ms/layer':>9} {'ms/step':>8} {'GB/s':>6}"]
+    """The curve by tokens: distinct experts, ms a layer and a step, effective GB/s, the repeats' spread."""
+    lines = [f"{'tokens':>6} {'distinct experts':>17} {'ms/layer':>9} {'ms/step':>8} {'GB/s':>6} {'spread':>6}"]
     for case in run["cases"]:
         gbs = case["distinct"] * expert_bytes / (case["ms"] / 1000) / 1e9
-        lines.append(f"{case['tokens']:>6} {case['distinct']:17.1f} {case['ms']:9.2f} {case['ms'] * moe_layers:8.1f} {gbs:6.1f}")
+        lines.append(f"{case['tokens']:>6} {case['distinct']:17.1f} {case['ms']:9.2f} {case['ms'] * moe_layers:8.1f} "
+                     f"{gbs:6.1f} {spread(case):6.0%}")
     return lines
 
 

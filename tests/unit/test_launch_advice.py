@@ -12,6 +12,7 @@ import pytest
 from ds4x import launch_advice
 from ds4x.checkout import HOME
 from ds4x.cli import main
+from ds4x.core import measure_analysis as analysis
 from ds4x.core.named_policies import named_policies
 
 from .test_launch_args import SPEC, USERS
@@ -36,6 +37,19 @@ def test_fixed_k_gets_the_committed_figures_and_the_object(tmp_path: Path, capsy
     assert json.dumps(named_policies(2)["phase 0/2"].draft_depth) in line
 
 
+def test_a_policy_worse_while_answering_gets_the_answering_figures(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """fixed 0 reasons as phase 0/2 does; it lost while answering, in every committed run at two requests."""
+    runs = launch_advice.committed_ratios("phase 0/2", "fixed 0", HOME.root / launch_advice.RESULTS, "answer")
+    assert runs and min(r[1] for r in runs) > 1.0
+    spec = json.dumps({**json.loads(SPEC), "draft_depth": named_policies(2)["fixed 0"].draft_depth})
+    [line] = findings(tmp_path, capsys, spec)
+    figures = [f"{min(r[i] for r in runs):.2f}-{max(r[i] for r in runs):.2f}x" for i in (0, 1)]
+    assert (f"fixed 0 verifies fewer drafts while answering: phase 0/2 measured {figures[0]} fixed 0 there at one "
+            f"request, {figures[1]} at two") in line, line
+    assert "while reasoning" not in line and json.dumps(named_policies(2)["phase 0/2"].draft_depth) in line
+
+
 def test_the_advised_policy_gets_no_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = json.dumps({"method": "dspark", "num_speculative_tokens": 2,
                        "draft_depth": named_policies(2)["phase 0/2"].draft_depth})
@@ -54,6 +68,22 @@ def test_a_profile_gives_this_machines_figures(tmp_path: Path, capsys: pytest.Ca
     rate_0, rate_2 = 1.0, (1 + 0.39 + 0.39**2) / 2.98
     assert f"depth 0 yields {rate_0 / rate_2:.2f}x the tokens per step cost of depth 2" in line, line
     assert json.dumps(PROFILE["draft_depth"]) in line and str(profile) in line
+
+
+def test_the_profile_measure_writes_is_read_by_running_requests(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """measure's own writer (step costs keyed by running requests), on the H200's DeepSeek-V4 curve."""
+    run = {"threads": 12, "path": "cpu_decode", "cases": [{"tokens": n, "ms": ms, "distinct": 8.0 * n}
+                                                           for n, ms in ((1, 1.69), (2, 3.66), (3, 5.18), (4, 6.1),
+                                                                         (6, 7.9))]}
+    written = analysis.profile(run, [run], "mxfp4", 2, 43, [28.5], 2, (0.39, 0.89), {1: {}, 2: {}})
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(written))
+    [line] = findings(tmp_path, capsys, SPEC, "--profile", str(profile))
+    for requests, cost in written["draft_depth"]["step_cost"].items():
+        ratio = (1 / cost[0]) / ((1 + 0.39 + 0.39**2) / cost[2])
+        assert f"at {requests} running request(s), step costs {cost}: depth 0 yields {ratio:.2f}x" in line, line
+    assert json.dumps(written["draft_depth"]) in line
 
 
 @pytest.mark.parametrize("profile", [{}, {"draft_depth": {"step_cost": [1.0, 0.0]}, "measured": {"acceptance": {}}},

@@ -61,6 +61,21 @@ def test_a_dotted_value_is_changed_where_it_is(tmp_path: Path) -> None:
     assert "--compilation_config.cudagraph_mode FULL_DECODE_ONLY \\" in out.read_text()
 
 
+def test_graph_depths_missing_a_chosen_depth_are_advised_and_written(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    depth = {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2, "graph_depths": [2]}
+    script, out = users_script(tmp_path, threads=1, graphs=True), tmp_path / "fixed.sh"
+    script.write_text(script.read_text().replace(SPEC, json.dumps({**json.loads(SPEC), "draft_depth": depth})))
+    assert main(["plan", "--check-launch", str(script), "--write", str(out)]) == 0
+    report = capsys.readouterr().out
+    assert "warning: draft_depth.graph_depths [2] lacks the depths the policy chooses [0]" in report
+    assert "give [0, 2]" in report and "1 change(s)" in report
+    spec = json.loads(launch_args.read(out.read_text()).options["--speculative-config"])
+    assert spec["draft_depth"] == {**depth, "graph_depths": [0, 2]}  # the user's object, with the graph added
+    assert main(["plan", "--check-launch", str(out)]) == 0
+    assert "0 error(s), 0 warning(s)" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("case", ["input", "exists", "unfixable"])
 def test_write_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str) -> None:
     script, out = users_script(tmp_path), tmp_path / "fixed.sh"

@@ -8,10 +8,13 @@ One routed-expert layer of the model's shape (config.json) in its expert format
 is built through lk_moe (MXFP4 for FP4 experts, as the fork builds them; BF16
 when asked), and calls with fresh random routing are timed for 1..K+1 verified
 tokens per request and 1..max_num_seqs requests: through ``cpu_decode`` on a
-CUDA stream where a GPU is present, ``cpu_prefill`` otherwise. Every LK_THREADS
-value runs in a process of its own (lk_moe reads it once). From the curve at the
-best thread count: tok/s per phase of fixed 0..K, phase and adaptive (the
-simulation of depth_sim), and a profile whose step costs the adaptive policy
+CUDA stream where a GPU is present, ``cpu_prefill`` otherwise, every count in
+turn for a few rounds. Every LK_THREADS value runs in a process of its own (lk_moe
+reads it once). The curve at the best thread count is timed again, within
+--budget, while it is noisy (more tokens costing less, or rounds spread past a
+bound); one that stays noisy is reported with its spread, and nothing is advised
+from it. From a clean curve: tok/s per phase of fixed 0..K, phase and adaptive
+(the simulation of depth_sim), and a profile whose step costs the adaptive policy
 starts from.
 """
 
@@ -45,6 +48,8 @@ MAX_K, MAX_SEQS = 16, 1024  # the token counts timed grow as their product
 MAX_BUDGET_S, MAX_GPU_MS = 86400, 60000  # a day of timing; a minute per step
 MAX_THREADS_PER_CORE = 8  # LK_THREADS above the core count is the trap measured; far above it, a typo
 MAX_THREADS = 4096  # the parse's bound; check() holds --threads to MAX_THREADS_PER_CORE x this machine's cores
+ROUNDS = 3  # the worker times every token count in turn this often; the rounds' medians are the repeats
+FIRST_SHARE, RETIMES = 0.5, 2  # the sweep's share of --budget; the rest times a noisy curve again, twice at most
 DEFAULT_GPU_MS = 28.5  # the GPU side of DeepSeek-V4-Flash's K=2 step on an RTX 5090 (153.5 - 125.0 ms reported)
 
 
@@ -139,36 +144,50 @@ def _caller(moe: Any, spec: dict[str, Any], tokens: int) -> tuple[str, Callable[
     return "cpu_decode", decode, lambda ids: torch.from_numpy(ids).cuda()
 
 
-def worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """Median ms per layer call and mean distinct experts for each token count,
-    each within its share of the time budget (at least 3 calls); with
-    `bandwidth`, RAM read bandwidth first."""
+Timed = dict[int, tuple[list[list[float]], list[int]]]
+"""by token count: each round's seconds a call, and the distinct experts of every call's routing"""
+
+
+def _rounds(moe: Any, spec: dict[str, Any]) -> tuple[str, Timed]:
+    """Every token count timed in turn, ROUNDS times, each within its share of the
+    budget (at least 2 timed calls after one that warms up); the path timed. One
+    count's buffers at a time, as the engine holds them."""
     import numpy as np
 
+    rng = np.random.default_rng(1)
+    experts, top_k, path = spec["experts"], spec["top_k"], ""
+    share = spec["budget_s"] / len(spec["tokens"]) / ROUNDS
+    timed: Timed = {tokens: ([], []) for tokens in spec["tokens"]}
+    for _ in range(ROUNDS):
+        for tokens in spec["tokens"]:
+            path, call, place = _caller(moe, spec, tokens)
+            samples: list[float] = []
+            end = time.perf_counter() + share
+            while len(samples) < 3 or (time.perf_counter() < end and len(samples) < 500 // ROUNDS):
+                ids = np.argsort(rng.random((tokens, experts)), axis=1)[:, :top_k].astype(np.int32)
+                routed = place(ids)
+                start = time.perf_counter()
+                call(routed)
+                samples.append(time.perf_counter() - start)
+                timed[tokens][1].append(len(np.unique(ids)))
+            timed[tokens][0].append(samples[1:])  # the first call after another token count warms up
+    return path, timed
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Median ms per layer call for each token count, over ROUNDS in turn (so load
+    that comes and goes reaches every count), with each round's median (the repeats
+    measure's noise check reads) and mean distinct experts; with `bandwidth`, RAM
+    read bandwidth first."""
     result: dict[str, Any] = {"threads": int(os.environ.get("LK_THREADS", "0"))}
     if spec.get("bandwidth"):
         result["ram_gbs"] = ram_read_gbs(spec["bandwidth"])
     moe, arrays = _layer(spec)
     del arrays  # lk_moe holds its own copy
-    rng = np.random.default_rng(1)
-    experts, top_k = spec["experts"], spec["top_k"]
-    share = spec["budget_s"] / len(spec["tokens"])
-    cases, path = [], ""
-    for tokens in spec["tokens"]:
-        path, call, place = _caller(moe, spec, tokens)
-        samples: list[float] = []
-        distinct: list[int] = []
-        end = time.perf_counter() + share
-        while len(samples) < 3 or (time.perf_counter() < end and len(samples) < 500):
-            ids = np.argsort(rng.random((tokens, experts)), axis=1)[:, :top_k].astype(np.int32)
-            routed = place(ids)
-            start = time.perf_counter()
-            call(routed)
-            samples.append(time.perf_counter() - start)
-            distinct.append(len(np.unique(ids)))
-        timed = samples[1:]  # the first call warms up
-        cases.append({"tokens": tokens, "ms": 1000 * statistics.median(timed), "calls": len(timed),
-                      "distinct": statistics.fmean(distinct)})
+    path, timed = _rounds(moe, spec)
+    cases = [{"tokens": tokens, "ms": 1000 * statistics.median([s for one in rounds for s in one]),
+              "calls": sum(map(len, rounds)), "repeats": [1000 * statistics.median(one) for one in rounds],
+              "distinct": statistics.fmean(distinct)} for tokens, (rounds, distinct) in timed.items()]
     return {**result, "path": path, "cases": cases}
 
 
@@ -251,6 +270,24 @@ def run_workers(spec: dict[str, Any], threads: list[int], budget_s: float, pytho
     return runs
 
 
+def retimed(spec: dict[str, Any], runs: list[dict[str, Any]], budget_s: float, python: str
+            ) -> tuple[list[dict[str, Any]], list[str]]:
+    """The best curve timed again, RETIMES times at most, with `budget_s` each, while
+    it is noisy (measure_analysis.noise): the runs with the last timing in place of
+    the noisy one, and the noise of the best curve left (none: advice may be written)."""
+    from . import measure_analysis as analysis
+
+    for _ in range(RETIMES):
+        best = analysis.thread_warnings(runs)[0]
+        noisy = analysis.noise(best)
+        if not noisy:
+            return runs, []
+        print(f"noisy curve at LK_THREADS={best['threads']} ({'; '.join(noisy)}): timing it again, {budget_s:.0f} s")
+        again = run_workers(spec, [best["threads"]], budget_s, python, 0)[0]
+        runs = [{**run, **again, "timed": run.get("timed", 1) + 1} if run is best else run for run in runs]
+    return runs, analysis.noise(analysis.thread_warnings(runs)[0])
+
+
 def plot(path: Path, runs: list[dict[str, Any]], moe_layers: int) -> None:
     import matplotlib
 
@@ -280,7 +317,9 @@ def add_arguments(p: argparse.ArgumentParser, shared: bool = True) -> None:
                    help="expert format (auto: the config's expert_dtype; fp4 -> mxfp4)")
     p.add_argument("--num-speculative-tokens", "-k", type=bounded.count(1, MAX_K), default=2, help="K: draft depths 0..K (default 2)")
     p.add_argument("--threads", type=bounded.count(1, MAX_THREADS), nargs="+", help="LK_THREADS values (default: up to the core count)")
-    p.add_argument("--budget", type=float, default=90.0, help="seconds of timing in all (default 90)")
+    p.add_argument("--budget", type=float, default=90.0,
+                   help="seconds of timing in all: half for the sweep, half kept to time a noisy curve again (more "
+                        "tokens costing less, or rounds spread past measure_analysis.SPREAD_BOUND; default 90)")
     p.add_argument("--acceptance", type=bounded.fraction(0, 1), nargs=2, metavar=("REASONING", "ANSWER"), default=(0.39, 0.89),
                    help="draft acceptance per phase at depth K (default 0.39 0.89, DSpark K=2 as reported)")
     p.add_argument("--gpu-ms", type=float, nargs="+", default=[DEFAULT_GPU_MS], metavar="MS",
@@ -405,17 +444,22 @@ def main(args: argparse.Namespace) -> int:
           f"{spec['inter']}, {fmt} ({need / 2**30:.2f} GiB); {moe_layers} MoE layers a step; "
           f"LK_THREADS {threads}; {args.budget:.0f} s budget")
     free = available_ram()
-    runs = run_workers(spec, threads, args.budget, args.python, min(1 << 30, (free or 1 << 32) // 4))
+    runs = run_workers(spec, threads, args.budget * FIRST_SHARE, args.python, min(1 << 30, (free or 1 << 32) // 4))
     print(f"RAM read bandwidth (numpy, {os.cpu_count()} threads): {runs[0]['ram_gbs']:.1f} GB/s")
     from . import measure_analysis as analysis
 
+    runs, noisy = retimed(spec, runs, args.budget * (1 - FIRST_SHARE) / RETIMES, args.python)
     best, warnings = analysis.thread_warnings(runs)
     for run in runs:
         print(f"LK_THREADS={run['threads']}: {run['cases'][0]['ms']:.2f} ms a layer call at 1 token ({run['path']})")
     for warning in warnings:
         print(f"warning: {warning}; leave cores free (LK_THREADS={best['threads']})")
-    print(f"\ncurve at LK_THREADS={best['threads']} ({best['path']}):")
+    print(f"\ncurve at LK_THREADS={best['threads']} ({best['path']}), timed {best.get('timed', 1)} time(s):")
     print("\n".join(analysis.curve_table(best, layer_bytes(spec) / spec["experts"], moe_layers)))
+    if noisy:
+        raise MeasureError(f"the curve at LK_THREADS={best['threads']} stayed noisy, timed {best.get('timed', 1)} "
+                           f"times within --budget {args.budget:g}: {'; '.join(noisy)}; no profile written and no "
+                           f"advice from it: measure with the machine idle, or give a larger --budget", 1)
     if args.max_num_seqs > 1:  # one request never splits
         print(analysis.ubatch_advice(best, args.gpu_ms[0], moe_layers))
     k, shape = args.num_speculative_tokens, (moe_layers, args.gpu_ms, args.max_num_seqs)
