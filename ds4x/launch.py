@@ -24,6 +24,8 @@ from ds4x.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanRequest
 Compute = Callable[[PlanRequest], Plan]
 """plan.compute: the plan at a set of plan options"""
 LK_SHARE = 0.75  # measured here: 12 of 16 cores is fastest, 16 of 16 is 14x slower
+OMP_MEASURED = ("torch at 16 threads beside LK_THREADS=12 made fixed 0's two-request DeepSeek-V4 step 92.0 ms against 24.2 "
+                "at 1 thread: bench/results/h200-dsv4-e2e against h200-dsv4-e2e-omp1")  # held to the runs by a test
 DEFAULT_POLICY = named_policies(2)["phase 0/2"]  # without a measure profile: the best measured while reasoning
 PHASE_02 = DEFAULT_POLICY.draft_depth
 
@@ -137,9 +139,22 @@ def check(launch: Launch, args: PlanRequest, compute: Compute,
         errors.append(f"LK_THREADS={threads} on {cores} cores: all cores (or more) is the 14x cliff; "
                       f"leave some free, e.g. {share} (plan --measure times it)")
         found.fixes.append(launch_args.Fix("LK_THREADS", "", share, errors[-1]))
+    _check_torch_threads(launch, cores, found)
     _check_memory(launch, args, compute, found)
     _check_depth(launch, found, profile)
     return found
+
+
+def _check_torch_threads(launch: Launch, cores: int, found: Findings) -> None:
+    """OMP_NUM_THREADS beside LK_THREADS past the cores: torch's CPU threads in the GPU worker then
+    share lk_moe's cores (vLLM sets 1 there where it is unset)."""
+    torch_threads, lk = launch.env.get("OMP_NUM_THREADS", ""), launch.env.get("LK_THREADS", "")
+    if not (_whole(torch_threads) and _whole(lk)) or int(torch_threads) <= 1 or int(torch_threads) + int(lk) <= cores:
+        return
+    why = (f"OMP_NUM_THREADS={torch_threads} beside LK_THREADS={lk} on {cores} cores: torch's CPU threads in the GPU "
+           f"worker share lk_moe's cores (measured on the H200, 16 cores: {OMP_MEASURED}); vLLM sets 1 where it is unset")
+    found.warnings.append(why)
+    found.fixes.append(launch_args.Fix("OMP_NUM_THREADS", "", "1", why))
 
 
 def _whole(text: str) -> bool:

@@ -19,6 +19,7 @@ from ds4x.errors import InputError
 
 RESULTS = "bench/results"
 RUNS = "h200-e2e*/e2e-spec.json"  # the end-to-end runs on the H200 stand-in, each policy per round and phase
+DSV4_RUN = "h200-dsv4-e2e-10-layers/e2e-spec.json"  # DeepSeek-V4 + DSpark, CPU experts at a real box's share, one request
 SAMPLED_WITH = "greedy"  # ci/fork-gpu/case.py: the draft_sample_method of the measured runs
 
 
@@ -76,9 +77,21 @@ def from_committed(current: str, k: int, sampled: str | None, root: Path) -> Adv
     if not lost:
         return None
     obj = named_policies(k)[best].draft_depth or {}
-    return Advice(f"{'; '.join(lost)} (committed H200 measurements, DeepSeek-V4 stand-in, {counted} runs: "
-                  f"{RESULTS}/{RUNS}; for this machine: plan --measure, then --check-launch --profile FILE): add "
-                  f"\"draft_depth\": {json.dumps(obj)}", obj)
+    return Advice(f"{'; '.join(lost)} (committed H200 measurements, Qwen2-MoE stand-in with DeepSeek-V4-Flash's "
+                  f"experts, {counted} runs: {RESULTS}/{RUNS}{on_deepseek_v4(best, current, root)}; for this machine: "
+                  f"plan --measure, then --check-launch --profile FILE): add \"draft_depth\": {json.dumps(obj)}", obj)
+
+
+def on_deepseek_v4(policy: str, against: str, root: Path) -> str:
+    """The same comparison in the committed DeepSeek-V4 + DSpark run, each phase at one request, as a clause."""
+    path = root / RESULTS / DSV4_RUN
+    if not path.is_file():
+        return ""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    ratios = {phase: _median_ratio(cells, policy, against, 1, phase) for phase in WHY}
+    shown = ", ".join(f"{ratio:.2f}x {phase}" for phase, ratio in ratios.items() if ratio is not None)
+    return f"; on DeepSeek-V4 + DSpark, CPU experts at a real box's share: {shown} at one request ({RESULTS}/{DSV4_RUN})" \
+        if shown else ""
 
 
 def from_profile(config: draft_depth.DraftDepthConfig, k: int, profile: dict[str, Any], where: Path) -> Advice | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import launch_advice
+from ds4x import launch, launch_advice
 from ds4x.checkout import HOME
 from ds4x.cli import main
 from ds4x.core import measure_analysis as analysis
@@ -34,6 +34,8 @@ def test_fixed_k_gets_the_committed_figures_and_the_object(tmp_path: Path, capsy
     [line] = findings(tmp_path, capsys, SPEC)
     assert f"measured {min(r[0] for r in runs):.2f}-{max(r[0] for r in runs):.2f}x fixed 2" in line, line
     assert "committed H200 measurements" in line
+    on_v4 = launch_advice.on_deepseek_v4("phase 0/2", "fixed 2", HOME.root)
+    assert on_v4.startswith("; on DeepSeek-V4 + DSpark") and "x reasoning" in on_v4 and on_v4 in line, line
     assert json.dumps(named_policies(2)["phase 0/2"].draft_depth) in line
 
 
@@ -98,11 +100,30 @@ def test_a_profile_that_is_not_measures_is_one_clear_error(tmp_path: Path, capsy
     assert f"--profile {path}: not a plan --measure profile" in capsys.readouterr().err
 
 
-def test_the_issues_script_gets_one_finding_the_draft_depth(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_issues_script_gets_the_draft_depth_and_torch_threads(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "serve.sh"
-    script.write_text(USERS.format(threads=12, spec=SPEC))  # LK_THREADS=12 and the dotted cudagraph_mode
+    script.write_text(USERS.format(threads=12, spec=SPEC))  # LK_THREADS=12, OMP_NUM_THREADS=12, the dotted cudagraph_mode
     assert main(["plan", "--check-launch", str(script), "--cores", "16"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert [line for line in out if line.startswith(("warning", "error"))] == \
-           [line for line in out if line.startswith("warning: fixed 2 verifies drafts while reasoning")], out
-    assert any("0 error(s), 1 warning(s)" in line for line in out), out
+    found = [line for line in out if line.startswith(("warning", "error"))]
+    assert len(found) == 2 and found[0].startswith("warning: OMP_NUM_THREADS=12 beside LK_THREADS=12 on 16 cores")
+    assert found[1].startswith("warning: fixed 2 verifies drafts while reasoning"), out
+    assert any("0 error(s), 2 warning(s)" in line for line in out), out
+
+
+@pytest.mark.parametrize(("torch_threads", "lk", "cores", "warned"),
+                         [("12", "12", 16, True), ("4", "12", 16, False), ("1", "12", 16, False), ("12", "4", 16, False),
+                          ("8", "12", 16, True), (None, "12", 16, False)])
+def test_torch_threads_past_the_cores_beside_lk_moe_are_advised_one(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                                    torch_threads: str | None, lk: str, cores: int,
+                                                                    warned: bool) -> None:
+    text = USERS.format(threads=lk, spec=SPEC)
+    text = text.replace("OMP_NUM_THREADS=12", f"OMP_NUM_THREADS={torch_threads}" if torch_threads else "")
+    script = tmp_path / "serve.sh"
+    script.write_text(text)
+    main(["plan", "--check-launch", str(script), "--cores", str(cores)])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "OMP_NUM_THREADS" in line]
+    assert bool(lines) == warned, lines
+    if warned:
+        assert launch.OMP_MEASURED in lines[0] and "vLLM sets 1 where it is unset" in lines[0]

@@ -42,12 +42,12 @@ def test_write_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     changed = {"--speculative-config", "--compilation-config"}
     assert {k: v for k, v in before.options.items() if k not in changed} == \
            {k: v for k, v in after.options.items() if k not in changed}  # port, model, parsers, kwargs kept
-    assert {**before.env, "LK_THREADS": "12"} == after.env
+    assert {**before.env, "LK_THREADS": "12", "OMP_NUM_THREADS": "1"} == after.env
     spec = json.loads(after.options["--speculative-config"])
     assert spec == {**json.loads(SPEC), "draft_depth": named_policies(2)["phase 0/2"].draft_depth}
     assert json.loads(after.options["--compilation-config"]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
     text = out.read_text()
-    assert text.count(MARK) == 3 and "# what fits on my 5090" in text and "# my DeepSeek-V4 server" in text
+    assert text.count(MARK) == 4 and "# what fits on my 5090" in text and "# my DeepSeek-V4 server" in text
     kept = [line for line in text.splitlines() if not line.startswith(MARK)]
     assert len(kept) == len(script.read_text().splitlines())  # no line added but the comments
     argv = run_script(out, tmp_path)
@@ -66,13 +66,13 @@ def test_graph_depths_missing_a_chosen_depth_are_advised_and_written(tmp_path: P
     depth = {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2, "graph_depths": [2]}
     script, out = users_script(tmp_path, threads=1, graphs=True), tmp_path / "fixed.sh"
     script.write_text(script.read_text().replace(SPEC, json.dumps({**json.loads(SPEC), "draft_depth": depth})))
-    assert main(["plan", "--check-launch", str(script), "--write", str(out)]) == 0
+    assert main(["plan", "--check-launch", str(script), "--cores", str(CORES), "--write", str(out)]) == 0
     report = capsys.readouterr().out
     assert "warning: draft_depth.graph_depths [2] lacks the depths the policy chooses [0]" in report
     assert "give [0, 2]" in report and "1 change(s)" in report
     spec = json.loads(launch_args.read(out.read_text()).options["--speculative-config"])
     assert spec["draft_depth"] == {**depth, "graph_depths": [0, 2]}  # the user's object, with the graph added
-    assert main(["plan", "--check-launch", str(out)]) == 0
+    assert main(["plan", "--check-launch", str(out), "--cores", str(CORES)]) == 0
     assert "0 error(s), 0 warning(s)" in capsys.readouterr().out
 
 
