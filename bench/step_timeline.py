@@ -8,7 +8,8 @@ A step runs from one replay of the target's decode graph to the next. Of that:
 - side streams: kernels on other streams inside the graph (the shared expert, where
   vLLM runs it beside the routed experts), and how much of them ran while the main
   stream was idle, i.e. hidden behind the CPU experts;
-- outside the graph: the drafter, sampling, the scheduler and the handoffs.
+- outside the graph: the drafter, sampling, the scheduler and the handoffs; of it, the drafter's
+  graph replays (first kernel to last, its own CPU experts' wait included).
 
 Usage: python -m bench.step_timeline RESDIR [--kernels N]   (exit 1 when a trace is missing, unreadable or has
 no replay; --kernels N: also each trace's N kernels with the most GPU time a step, on every stream)
@@ -69,11 +70,21 @@ def graph_replays(events: list[Event]) -> list[list[Event]]:
 
 def target_replays(events: list[Event]) -> list[list[Event]]:
     """The target's graph replays: the larger kind (the drafter's graphs hold a layer or two)."""
+    return split_replays(events)[0]
+
+
+def split_replays(events: list[Event]) -> tuple[list[list[Event]], list[list[Event]]]:
+    """Graph replays as (the target's, the rest: the drafter's), by kernel count."""
     replays = graph_replays(events)
     if not replays:
         raise ValueError("no graph replay with kernels in the trace")
     most = max(len(r) for r in replays)
-    return [r for r in replays if len(r) > most // 2]
+    return [r for r in replays if len(r) > most // 2], [r for r in replays if len(r) <= most // 2]
+
+
+def span(replay: list[Event]) -> Span:
+    """A replay's first kernel's start to its last one's end."""
+    return min(e["ts"] for e in replay), max(e["ts"] + e["dur"] for e in replay)
 
 
 def top_kernels(events: list[Event], top: int) -> list[tuple[str, float]]:
@@ -96,7 +107,8 @@ def step_split(events: list[Event]) -> dict[str, float]:
     """Medians over the steps of one trace, in ms. The target's graph is the larger kind
     of replay (the drafter's graphs hold a layer or two); a step runs from one target
     replay's first kernel to the next one's."""
-    target = target_replays(events)
+    target, drafter = split_replays(events)
+    drafter_spans = [span(r) for r in drafter]
     rows = defaultdict(list)
     for this, after in pairwise(target):
         spans = [(e["ts"], e["ts"] + e["dur"]) for e in this]
@@ -106,13 +118,15 @@ def step_split(events: list[Event]) -> dict[str, float]:
         on_main = union([(e["ts"], e["ts"] + e["dur"]) for e in this if e["args"].get("stream") == main])
         side = union([(e["ts"], e["ts"] + e["dur"]) for e in this if e["args"].get("stream") != main])
         idle = [(a_end, b_start) for (_, a_end), (b_start, _) in pairwise(on_main)]
-        rows["step"].append(min(e["ts"] for e in after) - start)
+        next_start = min(e["ts"] for e in after)
+        rows["step"].append(next_start - start)
         rows["target graph"].append(end - start)
         rows["main stream busy"].append(length(on_main))
         rows["main stream idle"].append(length(idle))
         rows["side streams busy"].append(length(side))
         rows["side inside main idle"].append(intersect(side, idle))
-        rows["outside the graph"].append(min(e["ts"] for e in after) - end)
+        rows["outside the graph"].append(next_start - end)
+        rows["drafter graphs"].append(sum(b - a for a, b in drafter_spans if start <= a < next_start))
     out = {k: statistics.median(v) / 1000 for k, v in rows.items()}
     out["steps"] = len(rows["step"])
     return out
@@ -126,8 +140,8 @@ def read(path: Path) -> list[Event]:
 
 
 COLUMNS = ("step", "target graph", "main stream busy", "main stream idle", "side streams busy",
-           "side inside main idle", "outside the graph")
-LABELS = ("step", "graph", "main busy", "main idle", "side busy", "side hidden", "outside")  # 11 wide
+           "side inside main idle", "outside the graph", "drafter graphs")
+LABELS = ("step", "graph", "main busy", "main idle", "side busy", "side hidden", "outside", "drafter")  # 11 wide
 
 
 def main(resdir: Path, kernels: int = 0) -> int:
@@ -137,7 +151,8 @@ def main(resdir: Path, kernels: int = 0) -> int:
         return 1
     print("a decode step on the GPU, from torch.profiler (median ms over the steps; profiler on, so slower)")
     print("columns: step ≈ graph + outside; graph ≈ main busy + main idle (the CPU experts' wait); "
-          "side hidden: side-stream kernel time inside main idle")
+          "side hidden: side-stream kernel time inside main idle; drafter: the drafter's graph replays, first "
+          "kernel to last (its own CPU experts included), part of outside")
     print(f"{'trace':28} {'steps':>5} " + " ".join(f"{c:>11}" for c in LABELS))
     failed = 0
     for path in traces:

@@ -25,7 +25,7 @@ the round's phase-pure cells come first). E2E_ROUNDS rounds (default 3), the pol
 order rotated each round. The JSON is rewritten after every cell, so a run cut short
 keeps what it measured.
 
-Then, unless E2E_PROFILE=0, a short cell per request count (depths 0 and K with spec)
+Then, unless E2E_PROFILE=0, a short cell per request count (every depth with spec)
 under torch.profiler: OUTDIR/trace-MODE-xN-DEPTH.json.gz, a step's timeline on the GPU
 (read by bench/step_timeline.py: where the step's time goes, and what overlaps the CPU
 experts).
@@ -302,7 +302,7 @@ def profile(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: 
     tokens, made = int(os.environ.get("E2E_PROFILE_TOKENS", "24")), []
     policies = depth_sim.policies(K)
     for n in REQUESTS:
-        for depth in ("0", str(K)) if scheduling else ("none",):
+        for depth in [str(d) for d in range(K + 1)] if scheduling else ["none"]:
             if scheduling:
                 scheduling.use(f"fixed {depth}", policies[f"fixed {depth}"])
             with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

@@ -57,6 +57,7 @@ def test_step_split_names_where_the_time_goes() -> None:
     assert split["side streams busy"] == pytest.approx(0.3)
     assert split["side inside main idle"] == pytest.approx(0.3)
     assert split["outside the graph"] == pytest.approx(0.8)
+    assert split["drafter graphs"] == pytest.approx(0.05)
 
 
 def test_side_kernels_outside_the_idle_time_are_not_counted_as_hidden() -> None:
