@@ -139,6 +139,7 @@ def check(launch: Launch, args: PlanRequest, compute: Compute,
         found.fixes.append(launch_args.Fix("LK_THREADS", "", share, errors[-1]))
     _check_memory(launch, args, compute, found)
     _check_depth(launch, found, profile)
+    found.errors.extend(launch_args.vllm_config_problems(launch.options))  # vLLM's own classes, where importable
     return found
 
 
@@ -168,6 +169,8 @@ _SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
     "--kv-cache-dtype": ("kv_cache_dtype", str),
     "--tensor-parallel-size": ("tp", lambda text: bounded.whole(text, 1, MAX_PARALLEL)),
     "--pipeline-parallel-size": ("pp", lambda text: bounded.whole(text, 1, MAX_PARALLEL)),
+    # vLLM refuses 0; more requests than tokens in the shared KV pool cannot all hold one
+    "--max-num-seqs": ("max_num_seqs", lambda text: bounded.whole(text, 1, MAX_MODEL_LEN)),
 }
 """the script's memory settings the plan is recomputed at: option -> (PlanRequest field, parse)"""
 
@@ -201,8 +204,15 @@ def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Fi
     if selection.mode != "auto" and asked > fit:
         errors.append(f"{mp.LAYERS_ENV}={value}: {asked} resident layers, only {fit} fit "
                       f"({budget.for_resident_layers / 2**30:.2f} GiB left at these settings)")
-        found.fixes.append(launch_args.Fix(mp.LAYERS_ENV, "", ",".join(map(str, result.choice.layers)) or "none",
-                                           errors[-1]))
+    else:
+        try:  # the engine's own placement: layers that name no MoE layer, an auto:GiB budget that does not fit
+            mp.place(selection, result.shape, budget, draft_resident=not args.cpu_draft_layers, tp_size=args.tp)
+        except mp.PlacementError as e:
+            errors.append(str(e))
+        else:
+            return
+    found.fixes.append(launch_args.Fix(mp.LAYERS_ENV, "", ",".join(map(str, result.choice.layers)) or "none",
+                                       errors[-1]))
 
 
 def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any], Path] | None) -> None:
