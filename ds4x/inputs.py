@@ -98,6 +98,13 @@ def plain_value(text: str) -> str:
     return text
 
 
+def text_value(text: str) -> str:
+    """A name or path that goes into a script or header: not empty, no control characters."""
+    if not text or len(text) > 4096 or CONTROL.search(text):
+        raise _bad(text, "expected a name or path, not empty, without control characters")
+    return text
+
+
 def existing_file(text: str) -> Path:
     path = Path(text)
     if not path.is_file():

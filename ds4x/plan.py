@@ -141,7 +141,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--launch", type=inputs.output_file, metavar="FILE",
                    help="write a serving script from the plan (with --measure: LK_THREADS and the adaptive profile)")
-    p.add_argument("--model", help="the model folder the script serves (default: the folder of --config)")
+    p.add_argument("--model", type=inputs.text_value,
+                   help="the model folder the script serves (default: the folder of --config)")
     _check_launch_arguments(p)
     p.add_argument("--measure", action="store_true",
                    help="time lk_moe on this machine instead: cost curve per LK_THREADS, tok/s per draft-depth "

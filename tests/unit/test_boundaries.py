@@ -152,3 +152,10 @@ def test_doctor_preload_of_a_missing_path(capsys: pytest.CaptureFixture[str], tm
     message = refused(capsys, "doctor", "--no-torch", "--preload", str(tmp_path / "libx.so"))
     assert f"argument --preload: '{tmp_path / 'libx.so'}': no such file" in message
     assert "argument --preload: '\\x1b': expected a library name" in refused(capsys, "doctor", "--preload", "\x1b")
+
+
+@pytest.mark.parametrize("model", ["", "/m\nrm -rf /", "/m\x1b[2J"])
+def test_a_model_that_no_script_can_hold(capsys: pytest.CaptureFixture[str], tmp_path: Path, model: str) -> None:
+    message = refused(capsys, "plan", "--launch", str(tmp_path / "s.sh"), "--model", model)
+    assert "argument --model: " in message and "without control characters" in message
+    assert listing(tmp_path) == {}
