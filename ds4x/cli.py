@@ -119,7 +119,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = args.output or _checkout(args).dist / "patches" / target.name
     layout = _checkout(args).layout
     why = None if args.mbox else out_paths.folder_refusal(
-        "--output", out, {"the series folder": layout.patches, "the overlay folder": layout.overlays}, args.force)
+        "--output", out, {"the series folder": layout.patches, "the overlay folder": layout.overlays}, args.force,
+        [export.NUMBERED])
     if why:
         raise InputError(why)
     base = sources.fetch(target, _settings(args))
@@ -131,7 +132,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     names = [f"{number:04d}-{series.file_name(series.subject_of(text))}" for number, text in enumerate(texts, 1)]
     out.mkdir(parents=True, exist_ok=True)
-    for stale in set(out.glob("[0-9][0-9][0-9][0-9]-*.patch")) - {out / name for name in names}:
+    for stale in set(out.glob(export.NUMBERED)) - {out / name for name in names}:
         stale.unlink()  # an earlier export's, which `git am *.patch` would apply too
     for name, text in zip(names, texts):
         with atomic_write(out / name) as f:
@@ -227,7 +228,7 @@ def _check_dist(args: argparse.Namespace, dist: Path) -> None:
                          "move the wheel out of it, or give another --dist")
     why = out_paths.folder_refusal("--dist", dist, {"the series folder": layout.patches,
                                                     "the overlay folder": layout.overlays},
-                                   args.force or wheel.made_by_ds4x(dist))
+                                   args.force or wheel.made_by_ds4x(dist), ["*.whl", "constraints.txt"])
     if why:
         raise InputError(why)
 
@@ -279,7 +280,7 @@ def _build_commands(add: Adder) -> None:
     p.add_argument("--kernels", type=inputs.kernels, help="source | release:TAG | wheel:PATH_OR_URL (compiled modules to reuse)")
     p.add_argument("--dist", type=inputs.output_folder, help="output folder (default: dist/ beside the pins file)")
     p.add_argument("--force", action="store_true",
-                   help="write into a --dist that holds files of no earlier build (superseded wheels there are removed)")
+                   help="write into a --dist that holds wheels or a constraints.txt of no earlier build (superseded wheels go)")
     _targets(add("fetch", cmd_fetch, "fetch pinned sources into the cache"), "the default targets")
     for name, func, text in (
         ("apply", cmd_apply, "apply a target's series into a development tree"),
@@ -298,7 +299,7 @@ def _series_commands(add: Adder) -> None:
     where.add_argument("--output", type=inputs.output_folder, help="folder (default: dist/patches/<target>)")
     where.add_argument("--mbox", type=inputs.output_file, help="one mbox file instead of a folder")
     p.add_argument("--force", action="store_true",
-                   help="write over an existing --mbox file, or into an --output folder that holds files")
+                   help="write over an existing --mbox file, or into an --output folder that holds numbered patches")
     p.add_argument("--author", metavar="'NAME <EMAIL>'",
                    help="author and Signed-off-by of every patch (default: your git config user.name/user.email)")
     p = add("roll", cmd_roll, "move a target's pin to another release or commit, re-applying the series")

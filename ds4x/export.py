@@ -20,6 +20,8 @@ from ds4x.inputs import CONTROL
 from ds4x.scratch import scratch_dir
 from ds4x.sources import Base
 
+NUMBERED = "[0-9][0-9][0-9][0-9]-*.patch"  # the files an export --output writes: 0001-subject.patch, ...
+
 _IMPORT = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import\s+\(?([\w\s,]*)|import\s+([\w.]+(?:\s*,\s*[\w.]+)*))")
 _OPEN = re.compile(r"^\s*from\s+\S+\s+import\s+\(")
 _AUTHOR = re.compile(r"[^<>\n]*[^<>\s] <[^<>\s]+>")

@@ -52,22 +52,30 @@ def test_export_output_inside_its_inputs(capsys: pytest.CaptureFixture[str], ins
     assert listing(folder) == before
 
 
-def test_wheel_dist_of_someone_elses_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("held", ["other-1.0-py3-none-any.whl", "constraints.txt"])
+def test_wheel_dist_of_someone_elses_files(capsys: pytest.CaptureFixture[str], tmp_path: Path, held: str) -> None:
+    """Wheels a build could remove as superseded, a constraints.txt it would rewrite: not ours, so refused."""
     dist = tmp_path / "dist"
     dist.mkdir()
+    (dist / held).write_text("mine\n")
     (dist / "notes.txt").write_text("mine\n")
     before = listing(tmp_path)
     message = refused(capsys, "wheel", "-t", "vllm", "--offline", "--dist", str(dist))
-    assert f"--dist {dist}: holds 1 file(s) (notes.txt, ...)" in message and "add --force" in message
+    assert f"--dist {dist}: holds 1 file(s) ({held}, ...)" in message and "add --force" in message
     assert listing(tmp_path) == before
 
 
-def test_wheel_dist_of_our_earlier_build_is_no_refusal(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    """A dist/ our constraints.txt heads is ours to rebuild into: the command goes on to its work
-    (here: the offline cache lacks the source), with no word on --dist."""
+@pytest.mark.parametrize("held", [{"constraints.txt": CONSTRAINTS_HEADER, "x-1.0-py3-none-any.whl": ""},
+                                  {"patches/vllm/0001-a.patch": "", "notes.txt": ""}])
+def test_wheel_dist_of_our_earlier_build_is_no_refusal(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                       held: dict[str, str]) -> None:
+    """A dist/ our constraints.txt heads is ours to rebuild into, and files a build neither writes nor
+    removes (export's patches/, notes) stay beside it: the command goes on to its work (here: the
+    offline cache lacks the source), with no word on --dist."""
     dist = tmp_path / "dist"
-    dist.mkdir()
-    (dist / "constraints.txt").write_text(CONSTRAINTS_HEADER)
+    for name, text in held.items():
+        (dist / name).parent.mkdir(parents=True, exist_ok=True)
+        (dist / name).write_text(text)
     assert main(["wheel", "-t", "vllm", "--offline", "--dist", str(dist)]) != 0
     err = capsys.readouterr().err
     assert "target vllm lacks its kernels and its source" in err and "--dist" not in err
