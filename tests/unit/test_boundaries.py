@@ -167,3 +167,17 @@ def test_a_model_that_no_script_can_hold(capsys: pytest.CaptureFixture[str], tmp
     message = refused(capsys, "plan", "--launch", str(tmp_path / "s.sh"), "--model", model)
     assert "argument --model: " in message and "without control characters" in message
     assert listing(tmp_path) == {}
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    (b"Ann\x01X", "git's author (user.name, user.email or GIT_AUTHOR_*) 'Ann\\x01X <ann@example.org>' holds a control"),
+    (b"Ann\xffX", "git's author (user.name, user.email or GIT_AUTHOR_*) 'Ann\\xffX <ann@example.org>' is not valid UTF-8"),
+])
+def test_a_git_identity_that_no_header_can_hold(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch, name: bytes, message: str) -> None:
+    """export signs with the caller's git identity when --author is not given: checked as --author is."""
+    config = tmp_path / "gitconfig"
+    config.write_bytes(b"[user]\n\tname = " + name + b"\n\temail = ann@example.org\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    assert message in refused(capsys, "export", "-t", "vllm", "--mbox", str(tmp_path / "m.mbox"))
+    assert not (tmp_path / "m.mbox").exists()
