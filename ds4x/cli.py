@@ -116,17 +116,27 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     target = _one(args)
     author = export.author_of(args.author)  # before any download: it may be missing
+    out = args.output or _checkout(args).dist / "patches" / target.name
+    layout = _checkout(args).layout
+    why = None if args.mbox else out_paths.folder_refusal(
+        "--output", out, {"the series folder": layout.patches, "the overlay folder": layout.overlays}, args.force,
+        [export.NUMBERED])
+    if why:
+        raise InputError(why)
     base = sources.fetch(target, _settings(args))
-    texts = export.upstream_texts(base, _checkout(args).layout, author)
+    texts = export.upstream_texts(base, layout, author)
     if args.mbox:
         with atomic_write(args.mbox) as mbox:
             mbox.write("".join(texts))
         print(f"{args.mbox}: {len(texts)} patches")
         return 0
-    out = args.output or _checkout(args).dist / "patches" / target.name
+    names = [f"{number:04d}-{series.file_name(series.subject_of(text))}" for number, text in enumerate(texts, 1)]
     out.mkdir(parents=True, exist_ok=True)
-    for number, text in enumerate(texts, 1):
-        (out / f"{number:04d}-{series.file_name(series.subject_of(text))}").write_text(text, encoding="utf-8")
+    for stale in set(out.glob(export.NUMBERED)) - {out / name for name in names}:
+        stale.unlink()  # an earlier export's, which `git am *.patch` would apply too
+    for name, text in zip(names, texts):
+        with atomic_write(out / name) as f:
+            f.write(text)
     print(f"{out}: {len(texts)} patches")
     return 0
 
@@ -185,6 +195,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
         raise InputError("--kernels applies to one target", "add --target")
     built = []
     dist = args.dist or _checkout(args).dist
+    _check_dist(args, dist)
     try:
         dist.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -203,6 +214,23 @@ def cmd_wheel(args: argparse.Namespace) -> int:
     print(f"install (hash-checked): pip install --no-deps --require-hashes --no-index --find-links {dist} "
           f"-r {constraints}   then, for their dependencies: pip install {dist}/*.whl")
     return 0
+
+
+def _check_dist(args: argparse.Namespace, dist: Path) -> None:
+    """dist/ is written over and superseded wheels in it removed: a folder of our own
+    earlier build, an empty one, or --force; never the folder of the --kernels wheel (an input)."""
+    from ds4x import wheel
+
+    layout = _checkout(args).layout
+    kernels = (args.kernels or "").removeprefix(inputs.KERNELS_WHEEL)
+    if args.kernels and kernels != args.kernels and "://" not in kernels and Path(kernels).parent.resolve() == dist.resolve():
+        raise InputError(f"--dist {dist}: holds the --kernels wheel {kernels}, which this build could remove",
+                         "move the wheel out of it, or give another --dist")
+    why = out_paths.folder_refusal("--dist", dist, {"the series folder": layout.patches,
+                                                    "the overlay folder": layout.overlays},
+                                   args.force or wheel.made_by_ds4x(dist), ["*.whl", "constraints.txt"])
+    if why:
+        raise InputError(why)
 
 
 def cmd_provenance(args: argparse.Namespace) -> int:
@@ -251,6 +279,8 @@ def _build_commands(add: Adder) -> None:
     _targets(p, "lvllmds4-x and flashinfer")
     p.add_argument("--kernels", type=inputs.kernels, help="source | release:TAG | wheel:PATH_OR_URL (compiled modules to reuse)")
     p.add_argument("--dist", type=inputs.output_folder, help="output folder (default: dist/ beside the pins file)")
+    p.add_argument("--force", action="store_true",
+                   help="write into a --dist that holds wheels or a constraints.txt of no earlier build (superseded wheels go)")
     _targets(add("fetch", cmd_fetch, "fetch pinned sources into the cache"), "the default targets")
     for name, func, text in (
         ("apply", cmd_apply, "apply a target's series into a development tree"),
@@ -268,7 +298,8 @@ def _series_commands(add: Adder) -> None:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--output", type=inputs.output_folder, help="folder (default: dist/patches/<target>)")
     where.add_argument("--mbox", type=inputs.output_file, help="one mbox file instead of a folder")
-    p.add_argument("--force", action="store_true", help="write over an existing --mbox file")
+    p.add_argument("--force", action="store_true",
+                   help="write over an existing --mbox file, or into an --output folder that holds numbered patches")
     p.add_argument("--author", metavar="'NAME <EMAIL>'",
                    help="author and Signed-off-by of every patch (default: your git config user.name/user.email)")
     p = add("roll", cmd_roll, "move a target's pin to another release or commit, re-applying the series")
@@ -286,7 +317,8 @@ def _series_commands(add: Adder) -> None:
 def _deployment_commands(add: Adder) -> None:
     add("provenance", cmd_provenance, "print the provenance of ds4x wheels installed in this Python")
     p = add("doctor", cmd_doctor, "report libcudart resolution and ds4x provenance for a bug report")
-    p.add_argument("--preload", action="append", default=[], metavar="LIB", help="load this shared library first")
+    p.add_argument("--preload", action="append", default=[], metavar="LIB", type=inputs.library,
+                   help="load this shared library (a name or a path) first")
     p.add_argument("--no-torch", action="store_true", help="do not import torch first")
     p = add("plan", cmd_plan, "GPU-resident MoE memory plan and decode ceiling from a config.json")
     try:

@@ -20,6 +20,8 @@ from ds4x.inputs import CONTROL
 from ds4x.scratch import scratch_dir
 from ds4x.sources import Base
 
+NUMBERED = "[0-9][0-9][0-9][0-9]-*.patch"  # the files an export --output writes: 0001-subject.patch, ...
+
 _IMPORT = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import\s+\(?([\w\s,]*)|import\s+([\w.]+(?:\s*,\s*[\w.]+)*))")
 _OPEN = re.compile(r"^\s*from\s+\S+\s+import\s+\(")
 _AUTHOR = re.compile(r"[^<>\n]*[^<>\s] <[^<>\s]+>")
@@ -122,17 +124,25 @@ def placement(patches: list[tuple[str, str]], files: dict[str, Path]) -> dict[st
 def author_of(given: str | None) -> str:
     """`--author`, else the caller's own git identity: it authors and signs off every patch."""
     if given is not None:
-        if CONTROL.search(given.strip()):
-            raise InputError(f"--author {given!r} holds a control character, which would break the patches' headers",
-                             "give it as --author 'Your Name <you@example.org>'")
-        if not _AUTHOR.fullmatch(given.strip()):
-            raise InputError(f"--author {given!r} is not 'Name <email>'", "give it as --author 'Your Name <you@example.org>'")
-        return given.strip()
+        return _header_name(given.strip(), "--author", "give it as --author 'Your Name <you@example.org>'")
     found = gitops.caller_identity()
     if found is None:
         raise InputError("export signs each patch off, and git names no author",
                          "set git config user.name and user.email, or pass --author 'Name <email>'")
-    return found
+    return _header_name(found, "git's author (user.name, user.email or GIT_AUTHOR_*)",
+                        "fix it in git config, or pass --author 'Name <email>'")
+
+
+def _header_name(text: str, where: str, fix: str) -> str:
+    """'Name <email>' that a patch's From: and Signed-off-by: can hold: UTF-8, no control characters."""
+    if any("\udc80" <= c <= "\udcff" for c in text):
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise InputError(f"{where} '{shown}' is not valid UTF-8, which the patches' headers must be", fix)
+    if CONTROL.search(text):
+        raise InputError(f"{where} {text!r} holds a control character, which would break the patches' headers", fix)
+    if not _AUTHOR.fullmatch(text):
+        raise InputError(f"{where} {text!r} is not 'Name <email>'", fix)
+    return text
 
 
 def upstream_texts(base: Base, layout: workspace.Layout, author: str) -> list[str]:

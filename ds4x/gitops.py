@@ -200,7 +200,8 @@ def caller_identity() -> str | None:
     """"Name <email>" as the caller's git would author a commit (GIT_AUTHOR_*,
     then user.name/user.email), or None when it names none explicitly."""
     found = subprocess.run(["git", "-c", "user.useConfigOnly=true", "var", "GIT_AUTHOR_IDENT"],
-                           env=CALLER_ENVIRON or None, capture_output=True, text=True)
+                           env=CALLER_ENVIRON or None, capture_output=True, text=True,
+                           encoding="utf-8", errors="surrogateescape")  # the caller checks the bytes (export.author_of)
     ident = found.stdout.strip().rsplit(" ", 2)[0]  # drop the timestamp and zone
     return ident if found.returncode == 0 and ident else None
 

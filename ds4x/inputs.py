@@ -62,6 +62,23 @@ def check_utf8(argv: list[str]) -> None:
                              "rename the file, or give the argument in UTF-8")
 
 
+def environ(name: str) -> str | None:
+    """An environment variable the tool reads (a path, a URL, mirrors): None when
+    unset or empty; refused when it is not valid UTF-8 or holds control characters
+    other than the spaces, tabs and newlines that separate DS4X_MIRRORS' pairs."""
+    value = os.environ.get(name)
+    if not value:
+        return None
+    if any("\udc80" <= c <= "\udcff" for c in value):
+        text = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise InputError(f"${name} {shown(text)}: not valid UTF-8", f"set {name} in UTF-8, or unset it")
+    bad = CONTROL.search(value.replace("\t", " ").replace("\n", " ") if name.endswith("MIRRORS") else value)
+    if bad:
+        raise InputError(f"${name} {shown(value)}: holds the control character {bad[0]!r}",
+                         f"set {name} without it, or unset it")
+    return value
+
+
 def _line(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1
 
@@ -81,11 +98,28 @@ def plain_value(text: str) -> str:
     return text
 
 
+def text_value(text: str) -> str:
+    """A name or path that goes into a script or header: not empty, no control characters."""
+    if not text or len(text) > 4096 or CONTROL.search(text):
+        raise _bad(text, "expected a name or path, not empty, without control characters")
+    return text
+
+
 def existing_file(text: str) -> Path:
     path = Path(text)
     if not path.is_file():
-        raise _bad(text, "is a folder; give a file" if path.is_dir() else "no such file")
+        why = "is a folder" if path.is_dir() else "not a regular file (a pipe or a device)" if path.exists() else "no such file"
+        raise _bad(text, f"{why}; give a file")
     return path
+
+
+def library(text: str) -> str:
+    """doctor --preload: a library name the loader looks up (libcudart.so.13), or the path of a file."""
+    if not text or CONTROL.search(text):
+        raise _bad(text, "expected a library name or path, e.g. libcudart.so.13")
+    if "/" in text:
+        existing_file(text)
+    return text
 
 
 def existing_folder(text: str) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4x import launch_advice, launch_args
-from ds4x.core import bounded, draft_depth
+from ds4x.core import bounded, draft_depth, overlap_plan
 from ds4x.core import moe_placement as mp
 from ds4x.core.named_policies import named_policies
 from ds4x.errors import InputError
@@ -141,7 +141,9 @@ def check(launch: Launch, args: PlanRequest, compute: Compute,
         found.fixes.append(launch_args.Fix("LK_THREADS", "", share, errors[-1]))
     _check_torch_threads(launch, cores, found)
     _check_memory(launch, args, compute, found)
+    _check_engine_env(launch, found)
     _check_depth(launch, found, profile)
+    found.errors.extend(launch_args.vllm_config_problems(launch.options))  # vLLM's own classes, where importable
     return found
 
 
@@ -177,12 +179,23 @@ def _utilization(text: str) -> float:
     return value
 
 
+def _kv_dtype(text: str) -> str:
+    """A kv-cache dtype the plan models (the error names the script's option, not the config)."""
+    try:
+        mp.kv_token_bytes(1, text)
+    except mp.PlacementError as e:
+        raise bounded.BoundError(f"{text[:40]!r}: {str(e).split(': ', 1)[-1]}") from None
+    return text
+
+
 _SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
     "--max-model-len": ("max_model_len", lambda text: bounded.whole(text, 1, MAX_MODEL_LEN)),
     "--gpu-memory-utilization": ("gpu_memory_utilization", _utilization),
-    "--kv-cache-dtype": ("kv_cache_dtype", str),
+    "--kv-cache-dtype": ("kv_cache_dtype", _kv_dtype),
     "--tensor-parallel-size": ("tp", lambda text: bounded.whole(text, 1, MAX_PARALLEL)),
     "--pipeline-parallel-size": ("pp", lambda text: bounded.whole(text, 1, MAX_PARALLEL)),
+    # vLLM refuses 0; more requests than tokens in the shared KV pool cannot all hold one
+    "--max-num-seqs": ("max_num_seqs", lambda text: bounded.whole(text, 1, MAX_MODEL_LEN)),
 }
 """the script's memory settings the plan is recomputed at: option -> (PlanRequest field, parse)"""
 
@@ -216,8 +229,34 @@ def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Fi
     if selection.mode != "auto" and asked > fit:
         errors.append(f"{mp.LAYERS_ENV}={value}: {asked} resident layers, only {fit} fit "
                       f"({budget.for_resident_layers / 2**30:.2f} GiB left at these settings)")
-        found.fixes.append(launch_args.Fix(mp.LAYERS_ENV, "", ",".join(map(str, result.choice.layers)) or "none",
-                                           errors[-1]))
+    else:
+        try:  # the engine's own placement: layers that name no MoE layer, an auto:GiB budget that does not fit
+            mp.place(selection, result.shape, budget, draft_resident=not args.cpu_draft_layers, tp_size=args.tp)
+        except mp.PlacementError as e:
+            errors.append(str(e))
+        else:
+            return
+    found.fixes.append(launch_args.Fix(mp.LAYERS_ENV, "", ",".join(map(str, result.choice.layers)) or "none",
+                                       errors[-1]))
+
+
+_ENGINE_ENV: dict[str, Callable[[str], object]] = {
+    mp.DRAFT_ENV: lambda value: mp.parse_flag(value, mp.DRAFT_ENV, default=True),
+    mp.PREFETCH_ENV: lambda value: mp.parse_positive_int(value, mp.PREFETCH_ENV, mp.DEFAULT_PREFETCH_WINDOW),
+    mp.PREFILL_MIN_ENV: lambda value: mp.parse_positive_int(value, mp.PREFILL_MIN_ENV, 0),
+    overlap_plan.ENV: overlap_plan.parse_level,
+    overlap_plan.TOKENS_ENV: overlap_plan.parse_tokens,
+}
+"""the script's variables the fork parses at start-up, each with the fork's own parser"""
+
+
+def _check_engine_env(launch: Launch, found: Findings) -> None:
+    for name, parse in _ENGINE_ENV.items():
+        if name in launch.env:
+            try:
+                parse(launch.env[name])
+            except ValueError as e:  # PlacementError, OverlapError
+                found.errors.append(str(e))
 
 
 def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any], Path] | None) -> None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from ds4x.core import bounded
 
@@ -274,3 +275,49 @@ def with_vllm_parser(launch: Launch) -> Launch:
         elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
             launch.options[option] = str(value)
     return launch
+
+
+def _vllm_field_problem(cls: Any, name: str, value: object) -> str | None:
+    """What vLLM's pydantic field `name` of the config class `cls` says of `value` (None: it takes it)."""
+    import pydantic
+
+    fields = cls.__pydantic_fields__
+    if name not in fields:
+        return f"{name}: not a field of vLLM's {cls.__name__} (known: {', '.join(sorted(fields)[:12])}, ...)"
+    info = fields[name]
+    try:
+        pydantic.TypeAdapter(Annotated[info.annotation, info]).validate_python(value)
+    except pydantic.ValidationError as e:
+        said = e.errors()[0]["msg"] if e.errors() else str(e)
+        return f"{name}={str(value)[:40]!r}: vLLM's {cls.__name__} refuses it: {said}"
+    return None
+
+
+def vllm_config_problems(options: dict[str, str]) -> list[str]:
+    """--speculative-config as the patched vLLM's own SpeculativeConfig checks it (each
+    field by its declared type and range, draft_depth by the overlay's parser as its
+    __post_init__ calls it), where vLLM is importable in this Python; [] elsewhere.
+    (vLLM's parser, with_vllm_parser, already builds --compilation-config's class whole;
+    SpeculativeConfig it leaves a dict, built with the model.)"""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pydantic's notes on vLLM's field declarations
+            from vllm.config import SpeculativeConfig
+            from vllm.ds4x.draft_depth import DraftDepthConfig
+    except ImportError:
+        return []
+    problems = []
+    spec = json_object(options.get("--speculative-config"))
+    for name, value in spec.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            why = _vllm_field_problem(SpeculativeConfig, name, value)
+        if why:
+            problems.append(f"--speculative-config {why}")
+    k = spec.get("num_speculative_tokens")
+    if isinstance(spec.get("draft_depth"), dict) and isinstance(k, int) and not problems:
+        try:
+            DraftDepthConfig.from_dict(spec["draft_depth"], k)
+        except ValueError as e:
+            problems.append(f"--speculative-config draft_depth: the engine's parser refuses it: {str(e)[:300]}")
+    return problems

@@ -141,7 +141,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--launch", type=inputs.output_file, metavar="FILE",
                    help="write a serving script from the plan (with --measure: LK_THREADS and the adaptive profile)")
-    p.add_argument("--model", help="the model folder the script serves (default: the folder of --config)")
+    p.add_argument("--model", type=inputs.text_value,
+                   help="the model folder the script serves (default: the folder of --config)")
     _check_launch_arguments(p)
     p.add_argument("--measure", action="store_true",
                    help="time lk_moe on this machine instead: cost curve per LK_THREADS, tok/s per draft-depth "
@@ -260,7 +261,14 @@ def plot(path: Path, ceiling: list[float], fits: int) -> None:
     ax.set_title("RAM-bandwidth bound on decode")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_png(fig, path)
+    plt.close(fig)
+
+
+def save_png(fig: Any, path: Path) -> None:
+    """Written aside and renamed into place: a failed or killed save leaves the old plot whole."""
+    with atomic_path(path) as part:
+        fig.savefig(part, dpi=120, format="png")
 
 
 def measure(args: argparse.Namespace) -> int:
@@ -309,7 +317,16 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _check_files(args: argparse.Namespace) -> None:
+    """Every input file a regular file, before any is opened: a pipe or a device
+    would block the read or never end it."""
+    for option, path in (("--config", args.config), ("--routing-stats", args.routing_stats)):
+        if path is not None and path.exists() and not path.is_file() and not path.is_dir():
+            raise InputError(f"{option} {path}: not a regular file (a pipe or a device)", "give the JSON file")
+
+
 def main(args: argparse.Namespace) -> int:
+    _check_files(args)
     if args.check_launch:
         return check_launch(args)
     given = [name for name in ("write", "profile", "cores") if getattr(args, name)]

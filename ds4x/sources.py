@@ -58,9 +58,10 @@ class Base:
 
 
 def default_cache() -> Path:
-    if CACHE_ENV in os.environ:
-        return check_cache(os.environ[CACHE_ENV], CACHE_ENV)
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    given = inputs.environ(CACHE_ENV)
+    if given:
+        return check_cache(given, CACHE_ENV)
+    xdg = inputs.environ("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(xdg) / "ds4x"
 
 
@@ -76,7 +77,7 @@ def parse_mirrors(specs: list[str]) -> dict[str, str]:
     """`URL=URL_OR_PATH` pairs from --mirror and DS4X_MIRRORS (whitespace-separated);
     a local replacement must be a folder (a repository, or one holding them)."""
     mirrors: dict[str, str] = {}
-    env = os.environ.get(MIRRORS_ENV, "").split()
+    env = (inputs.environ(MIRRORS_ENV) or "").split()
     for number, spec in enumerate([*env, *specs]):
         given_by = MIRRORS_ENV if number < len(env) else "--mirror"
         upstream, sep, replacement = spec.partition("=")
@@ -117,8 +118,11 @@ def resolve_url(url: str, mirrors: dict[str, str]) -> str:
 def index_url() -> str:
     """The user's package index: PIP_INDEX_URL, pip's config (`pip config list`),
     else pip's own default."""
-    if os.environ.get("PIP_INDEX_URL"):
-        return os.environ["PIP_INDEX_URL"]
+    given = inputs.environ("PIP_INDEX_URL")
+    if given:
+        if any(c.isspace() for c in given):
+            raise InputError(f"$PIP_INDEX_URL {inputs.shown(given)}: a URL holds no spaces", "set it to the index's URL")
+        return given
     wide = {**os.environ, "COLUMNS": "10000"}  # pip wraps its help to the terminal
     listed = proc.run([sys.executable, "-m", "pip", "config", "list"], "check pip's configuration", env=wide,
                       check=False, capture=True)

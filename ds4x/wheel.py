@@ -175,6 +175,18 @@ def clear_superseded(dist: Path, built: list[Built]) -> list[Path]:
     return superseded
 
 
+CONSTRAINTS_HEADER = "# ds4x wheels, pinned by hash: pip install -c dist/constraints.txt ...\n"
+
+
+def made_by_ds4x(dist: Path) -> bool:
+    """dist/ holds an earlier build of ours: its constraints.txt starts with our header."""
+    try:
+        with (dist / "constraints.txt").open("rb") as f:
+            return f.read(len(CONSTRAINTS_HEADER)) == CONSTRAINTS_HEADER.encode()
+    except OSError:
+        return False
+
+
 def write_constraints(dist: Path, built: list[Built], removed: Sequence[Path] = ()) -> Path:
     """`name==version --hash=sha256:...`; lines for projects not rebuilt now
     stay, unless their wheel was `removed` from dist/."""
@@ -187,7 +199,7 @@ def write_constraints(dist: Path, built: list[Built], removed: Sequence[Path] = 
                 lines[line.split("==", 1)[0]] = line
     for b in built:
         lines[b.project] = f"{b.project}=={b.version} --hash=sha256:{b.sha256}"
-    text = "# ds4x wheels, pinned by hash: pip install -c dist/constraints.txt ...\n"
+    text = CONSTRAINTS_HEADER
     text += "".join(f"{lines[k]}\n" for k in sorted(lines))
     with atomic_write(path) as out:
         out.write(text)

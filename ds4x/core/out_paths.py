@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 
@@ -37,4 +37,25 @@ def refusal(outputs: Mapping[str, Path | None], inputs: Mapping[str, Path | None
         if not folder.is_dir() or not os.access(folder, os.W_OK):
             return f"{name} {path}: folder {folder} does not exist or is not writable; give another path"
         done[name] = path
+    return None
+
+
+def _within(path: Path, folder: Path) -> bool:
+    return path.resolve() == folder.resolve() or folder.resolve() in path.resolve().parents
+
+
+def folder_refusal(name: str, path: Path, inputs: Mapping[str, Path], force: bool, patterns: Sequence[str]) -> str | None:
+    """Why a command cannot write its files into the folder `path` (None: it can):
+    it is, or lies in, one of the `inputs` folders; or it holds files of the
+    `patterns` it writes or removes, and not `force` (the caller's own earlier
+    output there counts as force). Other files there it leaves alone."""
+    for what, folder in inputs.items():
+        if _within(path, folder):
+            return f"{name} {path}: inside {what} {folder}, which this command reads; give a folder outside it"
+    if force or not path.is_dir():
+        return None
+    held = sorted({p.name for pattern in patterns for p in path.glob(pattern)})
+    if held:
+        return (f"{name} {path}: holds {len(held)} file(s) ({held[0]}, ...) this command could write over or remove; "
+                f"give a new or empty folder, or add --force")
     return None

@@ -52,7 +52,7 @@ def parse_level(value: str | None) -> Level:
     for level in LEVELS:
         if text == level:
             return level
-    raise OverlapError(f"{ENV}={value!r}: expected one of {', '.join(LEVELS)}")
+    raise OverlapError(f"{ENV}={(value or '')[:40]!r}: expected one of {', '.join(LEVELS)}")
 
 
 def parse_tokens(value: str | None) -> int:
@@ -60,8 +60,8 @@ def parse_tokens(value: str | None) -> int:
     text = (value or "").strip()
     if not text:
         return DEFAULT_TOKENS
-    if not text.isdecimal() or int(text) < 1:
-        raise OverlapError(f"{TOKENS_ENV}={value!r}: expected the most tokens a micro-batch may hold, 1 or more")
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < 1:  # int() of 5000 digits raises
+        raise OverlapError(f"{TOKENS_ENV}={(value or '')[:40]!r}: expected the most tokens a micro-batch may hold, 1 or more")
     return int(text)
 
 

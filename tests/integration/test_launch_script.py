@@ -4,6 +4,7 @@ the LK_THREADS the script sets."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -80,3 +81,37 @@ def test_check_launch_reads_the_users_script_with_vllms_own_parser(engine_python
                           env={**os.environ, "PYTHONPATH": str(root)}, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == '{"parser": true, "agree": true, "refused": true}'
+
+
+CHECK_WITH_VLLM_CONFIG = """
+import json
+from ds4x import launch_args
+
+spec = {"method": "dspark", "num_speculative_tokens": 2, "draft_depth": {"policy": "fixed"}}
+def problems(**changes):
+    return launch_args.vllm_config_problems({"--speculative-config": json.dumps({**spec, **changes})})
+
+out = {"good": problems(),
+       "range": problems(prompt_lookup_max=-3),
+       "fraction": problems(num_speculative_tokens=2.5),
+       "unknown": problems(bogus_field=1),
+       "depth": problems(draft_depth={"policy": "fixed", "depth": True})}
+print(json.dumps(out))
+"""
+
+
+def test_check_launch_asks_vllms_own_speculative_config(engine_python: Path) -> None:
+    """In a Python with the patched vLLM, --check-launch checks --speculative-config's fields with
+    SpeculativeConfig's own declared types and ranges (what our reader does not know of) and its
+    draft_depth with the engine's parser, so that the check cannot drift from the engine."""
+    root = Path(__file__).parents[2]
+    done = subprocess.run([engine_python, "-c", CHECK_WITH_VLLM_CONFIG], capture_output=True, text=True, cwd=root,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["good"] == []
+    assert found["range"] == ["--speculative-config prompt_lookup_max='-3': vLLM's SpeculativeConfig refuses it: "
+                              "Input should be greater than or equal to 1"]
+    assert len(found["fraction"]) == 1 and found["fraction"][0].startswith("--speculative-config num_speculative_tokens='2.5'")
+    assert len(found["unknown"]) == 1 and "bogus_field: not a field of vLLM's SpeculativeConfig" in found["unknown"][0]
+    assert len(found["depth"]) == 1 and "draft_depth: the engine's parser refuses it" in found["depth"][0]

@@ -145,3 +145,22 @@ def test_a_patch_upstream_fixed_its_own_way_is_no_conflict(capsys: pytest.Captur
     assert code == 1 and (f"demo-exact-lookup-through-the-overlay.patch: fixed upstream (differently) at demo @ {newer[:12]}: "
                           "demo/lookup.py defines exact_name (Applied-Upstream: 1.2, demo/lookup.py exact_name)") in err
     assert "hint: delete line 1 of" in err
+
+
+def test_export_writes_over_a_folder_only_with_force(capsys: pytest.CaptureFixture[str], project: Path,
+                                                    tmp_path: Path, git_repo: Repo) -> None:
+    """An --output that holds numbered patches is refused; with --force an earlier export's numbered
+    patches that this one does not make go (`git am *.patch` would apply them too), other files stay."""
+    make_patch(capsys, project, tmp_path, git_repo)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "0007-stale.patch").write_text("stale\n")
+    (out / "notes.txt").write_text("mine\n")
+    export = ("export", "--target", "demo", "--output", str(out), "--author", JANE)
+    code, _, err = run(capsys, project, tmp_path, git_repo, *export)
+    assert code == 2 and f"--output {out}: holds 1 file(s) (0007-stale.patch, ...)" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["0007-stale.patch", "notes.txt"]
+    code, _, err = run(capsys, project, tmp_path, git_repo, *export, "--force")
+    assert code == 0, err
+    names = sorted(p.name for p in out.iterdir())
+    assert len(names) == 2 and names[0].startswith("0001-") and names[1] == "notes.txt"

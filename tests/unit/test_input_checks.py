@@ -200,9 +200,14 @@ def test_config_json_bounded_and_finite(capsys: pytest.CaptureFixture[str], tmp_
 
 
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
-def test_endless_config_is_cut_off(capsys: pytest.CaptureFixture[str]) -> None:
+def test_endless_config_is_cut_off(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A device that never ends is refused by its kind before it is opened; a file too large, by its size."""
+    large = tmp_path / "large.json"
+    with large.open("wb") as f:
+        f.truncate(17 * 2**20)
     for command in (["plan"], ["plan", "--measure"]):
-        assert "--config /dev/zero: larger than 16 MiB" in refused(capsys, *command, "--config", "/dev/zero")
+        assert "--config /dev/zero: not a regular file" in refused(capsys, *command, "--config", "/dev/zero")
+        assert f"--config {large}: larger than 16 MiB" in refused(capsys, *command, "--config", str(large))
 
 
 @pytest.mark.parametrize("count", ["NaN", "1e400", "1" + "0" * 400, "-1"])

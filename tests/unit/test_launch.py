@@ -79,6 +79,15 @@ vllm serve /models/DeepSeek-V4-Flash --max-model-len 1048576 --max-num-seqs 2 \\
     ({"util": "0.92 --max-model-len \u00b2"}, "--max-model-len '\u00b2': expected a whole number in 1..16777216"),
     ({"util": "0.9 --tensor-parallel-size 1000000000000"},
      "--tensor-parallel-size '1000000000000': expected a whole number in 1..64"),
+    ({"util": "0.92 --max-num-seqs 0"}, "--max-num-seqs '0': expected a whole number in 1..16777216"),
+    ({"layers": "50"}, "LVLLM_GPU_RESIDENT_MOE_LAYERS: layer(s) 50 name no MoE layer of this model (MoE layers are 0-42)"),
+    ({"layers": "auto:999"}, "LVLLM_GPU_RESIDENT_MOE_LAYERS=auto:999: 999 GiB is more than the"),
+    ({"compilation": '{"cudagraph_mode": "FULL_DECODE_ONLY"}\' --kv-cache-dtype \'fp4'},
+     "--kv-cache-dtype 'fp4': kv-cache dtype 'fp4' is not modelled"),
+    ({"layers": "0,1\nexport LVLLM_GPU_RESIDENT_DRAFT_LAYERS=2"}, "LVLLM_GPU_RESIDENT_DRAFT_LAYERS='2': expected 1 or 0"),
+    ({"layers": "0,1\nexport LVLLM_MOE_OVERLAP=both"}, "LVLLM_MOE_OVERLAP='both': expected one of off, shared, ubatch"),
+    ({"layers": "0,1\nexport LVLLM_MOE_UBATCH_TOKENS=" + "9" * 5000}, "LVLLM_MOE_UBATCH_TOKENS='9999"),
+    ({"layers": "0,1\nexport LVLLM_GPU_PREFETCH_WINDOW=-1"}, "LVLLM_GPU_PREFETCH_WINDOW='-1': expected an integer >= 0"),
 ])
 def test_check_launch_names_each_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, object],
                                        message: str) -> None:

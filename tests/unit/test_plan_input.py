@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import types
 from pathlib import Path
@@ -164,6 +165,17 @@ def test_the_engine_refuses_what_plan_refuses(monkeypatch: pytest.MonkeyPatch, t
     with pytest.raises(mp.PlacementError) as refused:
         residency.routing_stats(mp.model_shape(example()))
     assert str(refused.value).startswith(f"{mp.ROUTING_ENV}={str(path)!r}: ") and message in str(refused.value)
+
+
+def test_the_engine_refuses_a_pipe_for_routing_stats(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Refused by its kind before it is opened: a read would hold the engine's start-up."""
+    residency = residency_module(monkeypatch)
+    mp = residency.mp
+    path = tmp_path / "routing.json"
+    os.mkfifo(path)
+    monkeypatch.setenv(mp.ROUTING_ENV, str(path))
+    with pytest.raises(mp.PlacementError, match="not a regular file"):
+        residency.routing_stats(mp.model_shape(example()))
 
 
 def test_the_engine_reads_good_routing_stats(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

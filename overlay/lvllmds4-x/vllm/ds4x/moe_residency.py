@@ -38,6 +38,8 @@ def routing_stats(shape: mp.ModelShape) -> dict[int, list[float]] | None:
     path = os.environ.get(mp.ROUTING_ENV)
     if not path:
         return None
+    if os.path.exists(path) and not os.path.isfile(path):  # a pipe or device would hold start-up on the read
+        raise mp.PlacementError(f"{mp.ROUTING_ENV}={path!r}: not a regular file (a pipe or a device); give the JSON file")
     try:
         with open(path, "rb") as f:
             data = f.read(bounded.MAX_JSON_BYTES + 1)
