@@ -20,7 +20,8 @@ SLOWDOWN = 1.5  # a thread count this much slower than the best is worth a warni
 PREDICT_TOKENS = {"reasoning": 3000, "answer": 800}  # a request's tokens per phase in the predictions
 PREDICT_SEEDS = 10  # simulated runs a prediction averages
 SPREAD_BOUND = 0.2  # a token count whose repeats' medians differ by more than this share of their median is noise
-DROP_SLACK = 0.05  # more tokens costing more than this share less than fewer: noise (more experts never cost less)
+DROP_SHARE = 0.25  # more tokens costing less than fewer by more than this share of the bound: noise
+DROP_SLACK = SPREAD_BOUND * DROP_SHARE  # 5% at the default bound (more experts never cost less)
 Run = dict[str, Any]
 """one LK_THREADS setting's timings, as measure's worker writes them"""
 
@@ -43,16 +44,17 @@ def spread(case: dict[str, Any]) -> float:
     return (max(repeats) - min(repeats)) / statistics.median(repeats)
 
 
-def noise(run: Run) -> list[str]:
-    """Why a curve is too noisy to advise from: more tokens that cost less, or repeats
-    spread past SPREAD_BOUND, each with its figures; none for a clean curve."""
+def noise(run: Run, bound: float = SPREAD_BOUND) -> list[str]:
+    """Why a curve is too noisy to advise from: more tokens that cost less (by more than
+    DROP_SHARE of `bound`), or repeats spread past `bound`, each with its figures; none
+    for a clean curve."""
     cases = sorted(run["cases"], key=lambda case: case["tokens"])
     found = [f"{b['tokens']} tokens cost {b['ms']:.2f} ms, less than {a['tokens']} at {a['ms']:.2f}"
-             for a, b in itertools.pairwise(cases) if b["ms"] < (1 - DROP_SLACK) * a["ms"]]
+             for a, b in itertools.pairwise(cases) if b["ms"] < (1 - bound * DROP_SHARE) * a["ms"]]
     wide = max(cases, key=spread)
-    if spread(wide) > SPREAD_BOUND:
+    if spread(wide) > bound:
         found.append(f"repeats at {wide['tokens']} tokens spread {spread(wide):.0%} of their median "
-                     f"(bound {SPREAD_BOUND:.0%})")
+                     f"(bound {bound:.0%}, --noise-bound)")
     return found
 
 

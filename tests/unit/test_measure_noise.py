@@ -41,7 +41,8 @@ print(json.dumps({{"threads": threads, "ram_gbs": 10.0, "path": "cpu_prefill", "
 """
 
 
-def measure(tmp_path: Path, curves: list[tuple[list[float], float]], budget: int = 60) -> tuple[int, list[dict[str, Any]]]:
+def measure(tmp_path: Path, curves: list[tuple[list[float], float]], budget: int = 60,
+            *extra: str) -> tuple[int, list[dict[str, Any]]]:
     """plan --measure at LK_THREADS 1 and 2 on the stand-in answering `curves` (ms by token count,
     the repeats' spread) in order, the last one from then on: the exit code and the jobs it ran."""
     (tmp_path / "curves.json").write_text(json.dumps(curves))
@@ -49,7 +50,7 @@ def measure(tmp_path: Path, curves: list[tuple[list[float], float]], budget: int
     python.write_text(STANDIN.format(python=sys.executable))
     python.chmod(0o755)
     code = main(["plan", "--measure", "--config", str(config(tmp_path)), "--python", str(python),
-                 "--threads", "1", "2", "--budget", str(budget), "--profile-out", str(tmp_path / "p.json")])
+                 "--threads", "1", "2", "--budget", str(budget), "--profile-out", str(tmp_path / "p.json"), *extra])
     jobs = [json.loads(line) for line in (tmp_path / "jobs.jsonl").read_text().splitlines()]
     assert all(job["tokens"] == TOKENS for job in jobs)
     assert sum(job["budget_s"] for job in jobs) <= budget + 1e-9  # timing again stays within --budget
@@ -58,7 +59,7 @@ def measure(tmp_path: Path, curves: list[tuple[list[float], float]], budget: int
 
 @pytest.mark.parametrize(("curve", "named"), [
     ((DIP, 0.02), "3 tokens cost 2.55 ms, less than 2 at 2.78"),
-    ((CLEAN, 0.5), "repeats at 1 tokens spread 50% of their median (bound 20%)"),
+    ((CLEAN, 0.5), "repeats at 1 tokens spread 50% of their median (bound 20%, --noise-bound)"),
 ])
 def test_a_curve_that_stays_noisy_is_timed_again_then_reported_not_written(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], curve: tuple[list[float], float], named: str) -> None:
@@ -97,13 +98,23 @@ def test_a_clean_curve_is_timed_once(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert sum(job["budget_s"] for job in jobs) == pytest.approx(60 * 0.5)  # the rest was kept for timing again
 
 
-@pytest.mark.parametrize(("ms", "spreads", "found"), [
-    ([1.0, 1.6, 2.1], [0.0, 0.1, 0.19], []),  # rising, the spread within its bound
-    ([1.0, 1.6, 1.56], [0.0, 0.0, 0.0], []),  # a drop within DROP_SLACK
-    ([1.0, 2.78, 2.55], [0.0, 0.0, 0.0], ["3 tokens cost 2.55 ms, less than 2 at 2.78"]),
-    ([1.0, 1.6, 2.1], [0.0, 0.3, 0.25], ["repeats at 2 tokens spread 30% of their median (bound 20%)"]),
+@pytest.mark.parametrize(("ms", "spreads", "bound", "found"), [
+    ([1.0, 1.6, 2.1], [0.0, 0.1, 0.19], 0.2, []),  # rising, the spread within its bound
+    ([1.0, 1.6, 1.56], [0.0, 0.0, 0.0], 0.2, []),  # a drop within DROP_SLACK
+    ([1.0, 2.78, 2.55], [0.0, 0.0, 0.0], 0.2, ["3 tokens cost 2.55 ms, less than 2 at 2.78"]),
+    ([1.0, 1.6, 2.1], [0.0, 0.3, 0.25], 0.2, ["repeats at 2 tokens spread 30% of their median (bound 20%, --noise-bound)"]),
+    ([1.0, 2.78, 2.55], [0.0, 0.3, 0.25], 0.4, []),  # --noise-bound 0.4: 40% spread and a 10% drop let through
+    ([1.0, 2.78, 2.4], [0.0, 0.3, 0.25], 0.4, ["3 tokens cost 2.40 ms, less than 2 at 2.78"]),
 ])
-def test_noise_names_each_dip_and_the_widest_spread(ms: list[float], spreads: list[float], found: list[str]) -> None:
+def test_noise_names_each_dip_and_the_widest_spread(ms: list[float], spreads: list[float], bound: float,
+                                                   found: list[str]) -> None:
     cases = [{"tokens": t, "ms": m, "repeats": [m * (1 - s / 2), m, m * (1 + s / 2)]}
              for t, m, s in zip([1, 2, 3], ms, spreads)]
-    assert analysis.noise({"cases": cases}) == found
+    assert analysis.noise({"cases": cases}, bound) == found
+
+
+def test_a_wider_noise_bound_advises_from_a_spread_the_default_refuses(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    code, jobs = measure(tmp_path, [(CLEAN, 0.5)], 60, "--noise-bound", "1")
+    assert (code, [job["threads"] for job in jobs]) == (0, [1, 2]), capsys.readouterr().err
+    assert "noisy" not in capsys.readouterr().out and (tmp_path / "p.json").is_file()

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 if __name__ != "__main__":  # the timing worker runs this file by path, outside the package, and parses nothing
     from . import bounded, out_paths
+    from .measure_analysis import SPREAD_BOUND
 
 if TYPE_CHECKING:
     from .moe_placement import ModelShape
@@ -270,8 +271,8 @@ def run_workers(spec: dict[str, Any], threads: list[int], budget_s: float, pytho
     return runs
 
 
-def retimed(spec: dict[str, Any], runs: list[dict[str, Any]], budget_s: float, python: str
-            ) -> tuple[list[dict[str, Any]], list[str]]:
+def retimed(spec: dict[str, Any], runs: list[dict[str, Any]], budget_s: float, python: str,
+            bound: float) -> tuple[list[dict[str, Any]], list[str]]:
     """The best curve timed again, RETIMES times at most, with `budget_s` each, while
     it is noisy (measure_analysis.noise): the runs with the last timing in place of
     the noisy one, and the noise of the best curve left (none: advice may be written)."""
@@ -279,13 +280,13 @@ def retimed(spec: dict[str, Any], runs: list[dict[str, Any]], budget_s: float, p
 
     for _ in range(RETIMES):
         best = analysis.thread_warnings(runs)[0]
-        noisy = analysis.noise(best)
+        noisy = analysis.noise(best, bound)
         if not noisy:
             return runs, []
         print(f"noisy curve at LK_THREADS={best['threads']} ({'; '.join(noisy)}): timing it again, {budget_s:.0f} s")
         again = run_workers(spec, [best["threads"]], budget_s, python, 0)[0]
         runs = [{**run, **again, "timed": run.get("timed", 1) + 1} if run is best else run for run in runs]
-    return runs, analysis.noise(analysis.thread_warnings(runs)[0])
+    return runs, analysis.noise(analysis.thread_warnings(runs)[0], bound)
 
 
 def plot(path: Path, runs: list[dict[str, Any]], moe_layers: int) -> None:
@@ -319,7 +320,11 @@ def add_arguments(p: argparse.ArgumentParser, shared: bool = True) -> None:
     p.add_argument("--threads", type=bounded.count(1, MAX_THREADS), nargs="+", help="LK_THREADS values (default: up to the core count)")
     p.add_argument("--budget", type=float, default=90.0,
                    help="seconds of timing in all: half for the sweep, half kept to time a noisy curve again (more "
-                        "tokens costing less, or rounds spread past measure_analysis.SPREAD_BOUND; default 90)")
+                        "tokens costing less, or rounds spread past --noise-bound; default 90)")
+    p.add_argument("--noise-bound", type=bounded.fraction(0.01, 100), default=SPREAD_BOUND, metavar="SHARE",
+                   help=f"noise a curve may have and still advise: each token count's rounds within SHARE of their "
+                        f"median, and no count costing SHARE/4 less than the one below (default {SPREAD_BOUND}; a busy "
+                        "machine may need more, and its advice is then as noisy)")
     p.add_argument("--acceptance", type=bounded.fraction(0, 1), nargs=2, metavar=("REASONING", "ANSWER"), default=(0.39, 0.89),
                    help="draft acceptance per phase at depth K (default 0.39 0.89, DSpark K=2 as reported)")
     p.add_argument("--gpu-ms", type=float, nargs="+", default=[DEFAULT_GPU_MS], metavar="MS",
@@ -448,7 +453,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"RAM read bandwidth (numpy, {os.cpu_count()} threads): {runs[0]['ram_gbs']:.1f} GB/s")
     from . import measure_analysis as analysis
 
-    runs, noisy = retimed(spec, runs, args.budget * (1 - FIRST_SHARE) / RETIMES, args.python)
+    runs, noisy = retimed(spec, runs, args.budget * (1 - FIRST_SHARE) / RETIMES, args.python, args.noise_bound)
     best, warnings = analysis.thread_warnings(runs)
     for run in runs:
         print(f"LK_THREADS={run['threads']}: {run['cases'][0]['ms']:.2f} ms a layer call at 1 token ({run['path']})")
