@@ -313,6 +313,40 @@ def worker_run(args: list[str], env: dict[str, str], timeout: float) -> tuple[in
     return done.returncode, json.loads(results[-1]) if results else None, tail
 
 
+def probe_forms(fmt: str, env: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The forms to time (the baselines, then each masking form whose probe ran) and the forms that crashed,
+    each probe's finding printed."""
+    failed = []
+    forms = [BASELINE, AGAIN, "real n"]
+    print("\nprobe (a small layer, every scenario): real rows against the real rows alone, the worst scenario")
+    for form in MASKING:
+        code, found, tail = worker_run(["probe", form, "--format", fmt], env, 300)
+        if code or found is None:
+            failed.append(form)
+            print(f"  {form:<19} CRASHED (exit {code}): {tail}")
+            continue
+        forms.append(form)
+        masked = found["masked_abs_max"]
+        print(f"  {form:<19} {found['path']}: real rows differ by {found['real_rel_diff']:.1e} of their largest; "
+              f"masked rows' largest output {'not returned' if masked is None else f'{masked:.3g}'}; "
+              f"{'all finite' if found['finite'] else 'NOT FINITE'}")
+    return forms, failed
+
+
+def print_timed(timed: dict[str, Any], forms: list[str]) -> None:
+    """The timing worker's figures: a table per scenario, with its noise floor."""
+    print(f"\n{timed['path']}, LK_THREADS={timed['threads']}; layer built in {timed['build_s']:.0f} s; ms a layer "
+          f"call, median and IQR over trials; x n-m: each trial's call over that trial's real n-m (paired)")
+    for s, scenario in enumerate(SCENARIOS):
+        ms = {form: timed["ms"][f"{s}|{form}"] for form in forms}
+        experts = {form: timed["experts"][f"{s}|{form}"] for form in forms}
+        cells = summarize(ms, experts, forms)
+        print(f"\n{scenario.name}: n={scenario.rows}, masked rows {list(scenario.masked)} (m={len(scenario.masked)})")
+        print("\n".join(table(cells)))
+        floor = cells[1].ratio
+        print(f"noise floor ({AGAIN} / {BASELINE}): {floor[1]:.3f}, IQR {floor[0]:.3f}-{floor[2]:.3f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=20, help=f"timed trials (after {WARM_TRIALS} warm-up ones)")
@@ -341,35 +375,13 @@ def main() -> int:
     print(f"lk_moe masked rows: {EXPERTS} experts, top-{TOP_K}, hidden {HIDDEN}, intermediate {INTER}, "
           f"{args.format} ({need / 2**30:.2f} GiB), LK_THREADS={args.threads}, {os.cpu_count()} CPUs, "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {args.trials} trials")
-    failed = []
-    forms = [BASELINE, AGAIN, "real n"]
-    print("\nprobe (a small layer, every scenario): real rows against the real rows alone, the worst scenario")
-    for form in MASKING:
-        code, found, tail = worker_run(["probe", form, "--format", args.format], env, 300)
-        if code or found is None:
-            failed.append(form)
-            print(f"  {form:<19} CRASHED (exit {code}): {tail}")
-            continue
-        forms.append(form)
-        masked = found["masked_abs_max"]
-        print(f"  {form:<19} {found['path']}: real rows differ by {found['real_rel_diff']:.1e} of their largest; "
-              f"masked rows' largest output {'not returned' if masked is None else f'{masked:.3g}'}; "
-              f"{'all finite' if found['finite'] else 'NOT FINITE'}")
+    forms, failed = probe_forms(args.format, env)
     code, timed, tail = worker_run(["time", json.dumps(forms), "--format", args.format, "--trials",
                                     str(args.trials), "--seed", str(args.seed)], env, 3600)
     if code or timed is None:
         print(f"\nerror: the timing worker failed (exit {code}): {tail}", file=sys.stderr)
         return 1
-    print(f"\n{timed['path']}, LK_THREADS={timed['threads']}; layer built in {timed['build_s']:.0f} s; ms a layer "
-          f"call, median and IQR over trials; x n-m: each trial's call over that trial's real n-m (paired)")
-    for s, scenario in enumerate(SCENARIOS):
-        ms = {form: timed["ms"][f"{s}|{form}"] for form in forms}
-        experts = {form: timed["experts"][f"{s}|{form}"] for form in forms}
-        cells = summarize(ms, experts, forms)
-        print(f"\n{scenario.name}: n={scenario.rows}, masked rows {list(scenario.masked)} (m={len(scenario.masked)})")
-        print("\n".join(table(cells)))
-        floor = cells[1].ratio
-        print(f"noise floor ({AGAIN} / {BASELINE}): {floor[1]:.3f}, IQR {floor[0]:.3f}-{floor[2]:.3f}")
+    print_timed(timed, forms)
     load = os.getloadavg()
     print(f"\nload after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if failed:

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -281,19 +282,22 @@ def measure(args: argparse.Namespace) -> int:
     except module.MeasureError as e:
         raise Ds4xError(str(e), exit_code=e.exit_code) from None
     if not done and args.overlap != "off":
-        print("\n" + "\n".join(overlap_lines(args, json.loads(args.profile_out.read_text(encoding="utf-8")))))
+        overlap = sim.Overlap(mode=args.overlap, outside_ms=args.overlap_outside_ms, ubatch_gpu=args.ubatch_gpu)
+        profile = json.loads(args.profile_out.read_text(encoding="utf-8"))
+        print("\n" + "\n".join(overlap_lines(profile, overlap, gpu_ms=args.gpu_ms, max_num_seqs=args.max_num_seqs,
+                                             k_max=args.num_speculative_tokens, acceptance=args.acceptance)))
     return done
 
 
-def overlap_lines(args: argparse.Namespace, profile: dict[str, Any]) -> list[str]:
+def overlap_lines(profile: dict[str, Any], overlap: sim.Overlap, *, gpu_ms: list[float], max_num_seqs: int,
+                  k_max: int, acceptance: Sequence[float]) -> list[str]:
     """depth_sim's overlap prediction at --max-num-seqs on the curve measure just
     wrote, with measure's own --gpu-ms, --acceptance, tokens and seeds (so the off
     column is measure's prediction above)."""
     curve, layers = sim.profile_curve(profile["measured"])
-    overlap = sim.Overlap(mode=args.overlap, outside_ms=args.overlap_outside_ms, ubatch_gpu=args.ubatch_gpu)
-    acceptance = dict(zip(("reasoning", "answer"), args.acceptance))
-    lines = sim.overlap_report(curve, layers, args.gpu_ms, args.max_num_seqs, args.num_speculative_tokens,
-                               acceptance, analysis.PREDICT_TOKENS, analysis.PREDICT_SEEDS, overlap,
+    by_phase = dict(zip(("reasoning", "answer"), acceptance))
+    lines = sim.overlap_report(curve, layers, gpu_ms, max_num_seqs, k_max,
+                               by_phase, analysis.PREDICT_TOKENS, analysis.PREDICT_SEEDS, overlap,
                                step_cost=profile["draft_depth"]["step_cost"])  # as measure's own table
     return ["predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), " + lines[0], *lines[1:]]
 
@@ -317,16 +321,16 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _check_files(args: argparse.Namespace) -> None:
+def _check_files(config: Path | None, routing_stats: Path | None) -> None:
     """Every input file a regular file, before any is opened: a pipe or a device
     would block the read or never end it."""
-    for option, path in (("--config", args.config), ("--routing-stats", args.routing_stats)):
+    for option, path in (("--config", config), ("--routing-stats", routing_stats)):
         if path is not None and path.exists() and not path.is_file() and not path.is_dir():
             raise InputError(f"{option} {path}: not a regular file (a pipe or a device)", "give the JSON file")
 
 
 def main(args: argparse.Namespace) -> int:
-    _check_files(args)
+    _check_files(args.config, args.routing_stats)
     if args.check_launch:
         return check_launch(args)
     given = [name for name in ("write", "profile", "cores") if getattr(args, name)]
@@ -340,7 +344,7 @@ def main(args: argparse.Namespace) -> int:
         if done or not args.launch:
             return done
         profile = json.loads(args.profile_out.read_text(encoding="utf-8"))
-    request = PlanRequest.of(args)
+    request = PlanRequest.of(vars(args))
     result = compute(request)
     plan, choice = result.budget, result.choice
     if args.json:
@@ -379,7 +383,7 @@ def check_launch(args: argparse.Namespace) -> int:
     _check_outputs(args, {"--write": args.write})
     script = launch.read(args.check_launch)
     profile = (_load_json(args.profile, "--profile"), args.profile) if args.profile else None
-    found = launch.check(script, PlanRequest.of(args), compute, profile, args.cores)
+    found = launch.check(script, PlanRequest.of(vars(args)), compute, profile, args.cores)
     cores = f"{args.cores} cores (--cores)" if args.cores else f"{os.cpu_count() or 1} cores (this machine)"
     print(f"checked for: {cores}, a GPU of {args.gpu_mem / 2**30:.2f} GiB (--gpu-mem)")
     for line in found.warnings:
@@ -405,7 +409,7 @@ def write_fixed(args: argparse.Namespace, script: launch_args.Launch, found: lau
                 profile: tuple[dict[str, Any], Path] | None) -> int:
     """--write: the script with the check's fixes, written only if it then passes with 0 errors."""
     text = launch_write.written(script, found.fixes)
-    again = launch.check(launch_args.read(text), PlanRequest.of(args), compute, profile, args.cores)
+    again = launch.check(launch_args.read(text), PlanRequest.of(vars(args)), compute, profile, args.cores)
     if again.errors:
         raise Ds4xError(f"--write {args.write}: not written, {len(again.errors)} error(s) it cannot fix: "
                         f"{again.errors[0]}", "change those settings by hand (or the plan options), then check again")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from ds4x.core import moe_placement as mp
 
@@ -35,9 +36,9 @@ class PlanRequest:
     """at depth K: reasoning, answer"""
 
     @classmethod
-    def of(cls, options: argparse.Namespace) -> PlanRequest:
-        """The request the parsed command line holds (every field is an option of plan's)."""
-        values = {f.name: getattr(options, f.name) for f in fields(cls)}
+    def of(cls, options: Mapping[str, Any]) -> PlanRequest:
+        """The request the parsed command line's options hold (every field is an option of plan's)."""
+        values = {f.name: options[f.name] for f in fields(cls)}
         return cls(**{**values, "acceptance": tuple(values["acceptance"])})
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from .depth_tally import reach
+from .depth_tally import positions_seen
 from .phase_tracker import PHASES
 
 PRIOR_SAMPLES = 4  # what a starting acceptance estimate weighs, in observations
@@ -67,7 +67,7 @@ class Acceptance:
         k = len(self.rates)
         # verifications that saw exactly r positions (up to the first rejection) / accepted exactly a
         saw, took = [0] * (k + 1), [0] * (k + 1)
-        for code, reached, accepted in reach(k):
+        for code, reached, accepted in positions_seen(k):
             n = outcomes[code]
             if n:
                 saw[reached] += n

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 
 MAX_SAMPLED = 255
 """the most tokens a logged step may sample per request (one byte)"""
-LIMIT = 256
+MAX_LOGGED_STEPS = 256
 """steps kept (a byte per request each): a flush costs a column per request, so it
 is kept rare; most requests take in their column when they decide, before it"""
-SHORT = 4
+STEPWISE_BELOW = 4
 """a flush of fewer steps goes step by step (a column per request costs more)"""
 
 
@@ -52,7 +52,7 @@ class OutcomeLog:
     def add(self, base: int, sampled: Sequence[int]) -> None:
         """A step of the batch where every request drafted alike (`base`: its
         TallyCodec.sampled_base; `sampled`: a count for each, at most MAX_SAMPLED)."""
-        if base != self.base or self.logged >= LIMIT:
+        if base != self.base or self.logged >= MAX_LOGGED_STEPS:
             self.flush()
             self.base = base
         self.steps += bytes(sampled)
@@ -74,7 +74,7 @@ class OutcomeLog:
         if not self.logged:
             return
         steps, tables, width = self.steps, self.tables, len(self.tables)
-        if self.logged < SHORT:
+        if self.logged < STEPWISE_BELOW:
             base = self.base
             for step in range(self.logged):
                 for table, n in zip(tables, steps[step * width : (step + 1) * width]):

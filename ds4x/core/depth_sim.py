@@ -83,7 +83,7 @@ def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], accep
             policy.strategy.step_ended(None)
         if phase == "reasoning":
             for state in states:
-                policy.tokens(state, [END_THINK], [END_THINK])
+                policy.track_phase(state, [END_THINK], [END_THINK])
     return {phase: n / s for phase, (n, s) in done.items()}
 
 

@@ -68,7 +68,7 @@ class TallyCodec:
 
 
 @functools.cache
-def reach(k_max: int) -> tuple[tuple[int, int, int], ...]:
+def positions_seen(k_max: int) -> tuple[tuple[int, int, int], ...]:
     """For each outcome code with drafts: the code, how many positions it saw (up to
     the first rejection), and how many it accepted."""
     k1 = k_max + 1

@@ -118,7 +118,7 @@ class DepthPolicy:
         self.requests[request_id] = state
         return state
 
-    def tokens(self, state: RequestState, new: Sequence[int], history: Sequence[int]) -> None:
+    def track_phase(self, state: RequestState, new: Sequence[int], history: Sequence[int]) -> None:
         """A step's new tokens (the last of `history`, all of the request's tokens):
         the phase. The scheduler calls it only when one of them may end a marker."""
         if self.tracker is not None and not self.tracker.last_tokens.isdisjoint(new):

@@ -29,7 +29,7 @@ class ById:
         `new`, enough for single-token markers)."""
         state = self.policy.requests.get(request_id)
         if state is not None and new:
-            self.policy.tokens(state, new, new if history is None else history)
+            self.policy.track_phase(state, new, new if history is None else history)
 
     def on_verified(self, request_id: str, drafted: int, accepted: int) -> None:
         state = self.policy.requests.get(request_id)

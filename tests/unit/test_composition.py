@@ -1,5 +1,5 @@
 """draft_depth beside vLLM's enable_adaptive_verification: one start-up error naming both
-options and the fix (the overlay's composition module, called from SpeculativeConfig's validation)."""
+options and the fix (the core's composition module, called from SpeculativeConfig's validation)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ds4x.core import draft_depth
-from ds4x.overlay import load_module
+from ds4x.core import composition, draft_depth
 
-composition = load_module("vllm-common/vllm/ds4x/composition.py")
 PHASE = {"policy": "phase", "reasoning_depth": 1}
 
 

@@ -4,7 +4,6 @@ own step costs, and the reports of bench/depth_sim.py --overlap and plan --measu
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -159,14 +158,17 @@ def test_bench_prints_both_and_refuses_a_profile_without_the_batch(tmp_path: Pat
 
 
 def test_plan_reports_at_max_num_seqs_with_measures_inputs() -> None:
-    args = argparse.Namespace(overlap="ubatch", overlap_outside_ms=0.0, ubatch_gpu=1.0, acceptance=(0.39, 0.89),
-                              gpu_ms=[28.5], max_num_seqs=2, num_speculative_tokens=2)
+    overlap = sim.Overlap(mode="ubatch", outside_ms=0.0, ubatch_gpu=1.0)
     written = {"draft_depth": {"policy": "adaptive", "step_cost": [1.0, 2.17, 3.06]}, "measured": profile()}
-    lines = plan.overlap_lines(args, written)
+
+    def lines_at(requests: int) -> list[str]:
+        return plan.overlap_lines(written, overlap, gpu_ms=[28.5], max_num_seqs=requests, k_max=2,
+                                  acceptance=(0.39, 0.89))
+
+    lines = lines_at(2)
     assert lines[0] == ("predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), 2 running requests, "
                         "LVLLM_MOE_OVERLAP=ubatch LVLLM_MOE_UBATCH_TOKENS=3 (outside the layers 0.0 ms, a micro-batch's GPU part 1.0 of the "
                         "batch's):")
     assert "fixed 0" in lines[-6] and "adaptive" in lines[-1]
-    args.max_num_seqs = 1
-    assert plan.overlap_lines(args, written) == [
+    assert lines_at(1) == [
         "predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), " + sim.ONE_REQUEST]

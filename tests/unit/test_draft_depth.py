@@ -165,10 +165,10 @@ def test_tally_codes_round_trip() -> None:
             seen.add(code)
     assert len(seen) == 2 * 3 * (1 + 2 + 3)
     assert list(codec.tallies({codec.slot("answer", 1) + codec.outcome(2, 1): 3})) == [("answer", 1, 2, 3, 3)]
-    assert tally.reach(2) == ((3, 1, 0), (4, 1, 1), (6, 1, 0), (7, 2, 1), (8, 2, 2))
+    assert tally.positions_seen(2) == ((3, 1, 0), (4, 1, 1), (6, 1, 0), (7, 2, 1), (8, 2, 2))
 
 
-@pytest.mark.parametrize("steps", [2, 3, 9, 270])  # flushed step by step, by column, and full (LIMIT 256)
+@pytest.mark.parametrize("steps", [2, 3, 9, 270])  # flushed step by step, by column, and full (MAX_LOGGED_STEPS 256)
 def test_outcome_log_counts_what_a_pass_a_step_would(steps: int) -> None:
     """Logged steps reach each table as a pass over the batch every step would count
     them: a table read early (take) gets its share then and not again at the flush;

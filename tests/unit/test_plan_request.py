@@ -11,7 +11,7 @@ from ds4x.planned import Plan, PlanRequest
 
 
 def request(*options: str) -> PlanRequest:
-    return PlanRequest.of(parser().parse_args(["plan", *options]))
+    return PlanRequest.of(vars(parser().parse_args(["plan", *options])))
 
 
 def test_the_request_holds_plan_s_options_typed() -> None:

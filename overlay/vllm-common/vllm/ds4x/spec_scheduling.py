@@ -68,8 +68,8 @@ class DraftDepthScheduling:
         self.policy, self.strategy, self._tally = policy, policy.strategy, StepTally(policy)
         self._markers = policy.tracker.last_tokens if policy.tracker else frozenset()
         # fixed without graph_depths: every batch verifies K_max, nothing to cut
-        self._cuts = any(d < policy.k_max for d in policy.batch_depth)
-        self._full = policy.batch_depth.index(policy.k_max)  # the lowest choice that verifies K_max
+        self._may_cut_drafts = any(d < policy.k_max for d in policy.batch_depth)
+        self._k_max_choice = policy.batch_depth.index(policy.k_max)  # the lowest choice that verifies K_max
         self._states = policy.requests  # by request id: the step's output is read by id
         self._lengths: list[int] = []  # of the step's sampled token lists, before vLLM trims any
         self._marked = False  # whether a token of the step may end a marker
@@ -119,9 +119,9 @@ class DraftDepthScheduling:
         graph. Drafts are kept whole until here (verifying more than a
         request chose is lossless); a drafter that proposed fewer (n-gram)
         keeps its shorter list."""
-        if not self._cuts:
+        if not self._may_cut_drafts:
             return
-        chosen, full = -1, self._full
+        chosen, full = -1, self._k_max_choice
         for request in running:
             mine = request.ds4x_depth_state.depth
             if mine > chosen and request.spec_token_ids:
@@ -204,7 +204,7 @@ class DraftDepthScheduling:
         markers = self._markers
         for request_id, tokens in zip(ids, sampled):
             if not markers.isdisjoint(tokens) and (request := requests.get(request_id)) is not None:  # None: finished
-                self.policy.tokens(request.ds4x_depth_state, tokens, request.all_token_ids)
+                self.policy.track_phase(request.ds4x_depth_state, tokens, request.all_token_ids)
 
 
 class StepTally:
