@@ -53,7 +53,7 @@ def test_lk_moe_reads_lk_threads(lk_python: Path) -> None:
 CHECK_WITH_VLLM = """
 import json
 from ds4x import launch_args
-from tests.unit.test_launch_args import SPEC, USERS
+from tests.serve_script import SPEC, USERS
 
 def values(options):  # JSON values compared as values (vLLM writes them back with its own spacing)
     return {k: json.loads(v) if v.startswith("{") else v for k, v in options.items()}

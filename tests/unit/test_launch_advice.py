@@ -14,8 +14,7 @@ from ds4x.checkout import HOME
 from ds4x.cli import main
 from ds4x.core import measure_analysis as analysis
 from ds4x.core.named_policies import named_policies
-
-from .test_launch_args import SPEC, USERS
+from tests.serve_script import SPEC, USERS
 
 PROFILE = {"draft_depth": {"policy": "adaptive", "step_cost": [1.0, 2.2, 2.98]},
            "measured": {"acceptance": {"reasoning": 0.39, "answer": 0.89}, "lk_threads": 12}}

@@ -14,9 +14,9 @@ from ds4x import launch_args
 from ds4x.cli import main
 from ds4x.core.named_policies import named_policies
 from ds4x.launch_write import MARK
+from tests.serve_script import SPEC, USERS
 
 from .test_launch import run_script
-from .test_launch_args import SPEC, USERS
 
 CORES = 16
 
