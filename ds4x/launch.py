@@ -251,6 +251,7 @@ _ENGINE_ENV: dict[str, Callable[[str], object]] = {
 
 
 def _check_engine_env(launch: Launch, found: Findings) -> None:
+    """Each variable of _ENGINE_ENV the script sets, as the fork parses it at start-up."""
     for name, parse in _ENGINE_ENV.items():
         if name in launch.env:
             try:
