@@ -38,6 +38,7 @@ from bench import e2e_mixed
 from bench.counters import HarnessCounters
 from ds4x.core import depth_sim as sim
 from ds4x.core import draft_depth
+from ds4x.core.named_policies import same_behaviour
 
 K = 2
 BASELINE = f"fixed {K}"
@@ -46,8 +47,7 @@ ACCEPTANCE_SLACK = 0.07  # measured acceptance at depth K may differ this much f
 PREDICTION_SLACK = 0.10
 PHASES = ("reasoning", "answer")
 # policies that verify the same depths in a phase: their difference is the run's noise
-SAME_BEHAVIOUR = [("reasoning", "fixed 0", "phase 0/2"), ("reasoning", "fixed 1", "phase 1/2"),
-                  ("answer", BASELINE, "phase 1/2"), ("answer", BASELINE, "phase 0/2")]
+SAME_BEHAVIOUR = same_behaviour(K)  # (phase, fixed depth, phase policy)
 
 
 class Results:

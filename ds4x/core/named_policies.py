@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .depth_config import parse_draft_depth
-from .phase_tracker import PHASES
+from .phase_tracker import ANSWER, PHASES, REASONING
 
 StepCostGiven = Sequence[float] | Mapping[str, Sequence[float]]
 """draft_depth.step_cost as given: relative step costs, or such lists by running requests"""
@@ -63,6 +63,19 @@ def named_policies(k: int, step_cost: StepCostGiven | None = None) -> dict[str, 
     start = {} if step_cost is None else {"step_cost": step_cost}
     table.append(NamedPolicy(name="adaptive", case="adaptive", draft_depth={"policy": "adaptive", "min_depth": 0, **start}))
     return {policy.name: policy for policy in table}
+
+
+def same_behaviour(k: int) -> list[tuple[str, str, str]]:
+    """(phase, fixed depth, phase policy) where the two verify the same depth in that phase: each
+    phase policy runs its reasoning depth's fixed twin while reasoning and fixed K while answering
+    (their difference in a run is its noise)."""
+    pairs = []
+    for policy in named_policies(k).values():
+        depth = policy.draft_depth or {}
+        if policy.name.startswith("phase "):
+            pairs += [(REASONING, f"fixed {depth['reasoning_depth']}", policy.name),
+                      (ANSWER, f"fixed {depth['answer_depth']}", policy.name)]
+    return pairs
 
 
 def harness_policies(k: int) -> dict[str, NamedPolicy]:

@@ -7,7 +7,8 @@ import pytest
 
 from ds4x import launch
 from ds4x.core import depth_sim
-from ds4x.core.named_policies import by_case, harness_policies, named_policies
+from ds4x.core.depth_config import parse_draft_depth
+from ds4x.core.named_policies import by_case, harness_policies, named_policies, same_behaviour
 from engine.policies import POLICIES
 from tests.scripts import load_script
 
@@ -48,3 +49,14 @@ def test_the_harness_report_derives_the_query_lengths_it_held_by_hand() -> None:
 def test_an_unknown_case_names_the_known_ones() -> None:
     with pytest.raises(KeyError, match="policy 'phase13': expected one of fixed, phase12, phase02, adaptive"):
         by_case("phase13", 2)
+
+
+def test_each_phase_policy_verifies_its_fixed_twins_depths() -> None:
+    """bench/e2e_decode's noise floor compares these pairs: each verifies the same depth in its phase."""
+    pairs = same_behaviour(3)
+    assert sorted(pairs) == sorted([("reasoning", "fixed 1", "phase 1/3"), ("answer", "fixed 3", "phase 1/3"),
+                                    ("reasoning", "fixed 0", "phase 0/3"), ("answer", "fixed 3", "phase 0/3")])
+    policies = named_policies(3)
+    for phase, fixed, policy in pairs:
+        depths = {parse_draft_depth(policies[name].draft_depth, 3).phase_depth(phase, 3) for name in (fixed, policy)}
+        assert len(depths) == 1, (phase, fixed, policy, depths)
