@@ -16,7 +16,7 @@ from git import Repo
 
 from ds4x import gitops, overlay, series, workspace
 from ds4x.errors import InputError
-from ds4x.inputs import CONTROL
+from ds4x.inputs import CONTROL, not_utf8
 from ds4x.scratch import scratch_dir
 from ds4x.sources import Base
 
@@ -135,8 +135,7 @@ def author_of(given: str | None) -> str:
 
 def _header_name(text: str, where: str, fix: str) -> str:
     """'Name <email>' that a patch's From: and Signed-off-by: can hold: UTF-8, no control characters."""
-    if any("\udc80" <= c <= "\udcff" for c in text):
-        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if (shown := not_utf8(text)) is not None:
         raise InputError(f"{where} '{shown}' is not valid UTF-8, which the patches' headers must be", fix)
     if CONTROL.search(text):
         raise InputError(f"{where} {text!r} holds a control character, which would break the patches' headers", fix)

@@ -50,14 +50,20 @@ def read_text(path: Path, what: str = "", limit: int = MAX_TEXT_BYTES) -> str:
                          "save the file as UTF-8") from None
 
 
+def not_utf8(text: str) -> str | None:
+    """`text` shown with its bytes that are not UTF-8 escaped (Python hands such bytes over as lone
+    surrogates, which no message, file or git header can hold); None when it is all UTF-8."""
+    if not any("\udc80" <= c <= "\udcff" for c in text):
+        return None
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def check_utf8(argv: list[str]) -> None:
-    """Every command-line argument valid UTF-8 (Python hands other bytes over as
-    lone surrogates, which no message, file or git header can hold)."""
+    """Every command-line argument valid UTF-8."""
     for i, arg in enumerate(argv):
-        if any("\udc80" <= c <= "\udcff" for c in arg):
+        if (escaped := not_utf8(arg)) is not None:
             option = f" (of {argv[i - 1]})" if i and argv[i - 1].startswith("-") else ""
-            text = CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}",
-                               arg.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
+            text = CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", escaped)
             raise InputError(f"argument '{text[:_SHOWN]}'{option}: not valid UTF-8",
                              "rename the file, or give the argument in UTF-8")
 
@@ -69,8 +75,7 @@ def environ(name: str) -> str | None:
     value = os.environ.get(name)
     if not value:
         return None
-    if any("\udc80" <= c <= "\udcff" for c in value):
-        text = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if (text := not_utf8(value)) is not None:
         raise InputError(f"${name} {shown(text)}: not valid UTF-8", f"set {name} in UTF-8, or unset it")
     bad = CONTROL.search(value.replace("\t", " ").replace("\n", " ") if name.endswith("MIRRORS") else value)
     if bad:
