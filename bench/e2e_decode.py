@@ -36,13 +36,12 @@ from typing import Any
 
 from bench import e2e_mixed
 from bench.counters import HarnessCounters
+from bench.e2e_mixed import NO_SPEC, spread
 from ds4x.core import depth_sim as sim
-from ds4x.core import draft_depth
-from ds4x.core.named_policies import same_behaviour
+from ds4x.core.named_policies import named_policies, same_behaviour
 
 K = 2
 BASELINE = f"fixed {K}"
-NO_SPEC = "no speculation"
 ACCEPTANCE_SLACK = 0.07  # measured acceptance at depth K may differ this much from the set figure
 PREDICTION_SLACK = 0.10
 PHASES = ("reasoning", "answer")
@@ -161,9 +160,8 @@ def verified_depth(policy: str, phase: str) -> str | None:
     draft_depth config as the scheduler rounds it (None: adaptive chooses)."""
     if policy == NO_SPEC:
         return "0"
-    config = draft_depth.parse_draft_depth(sim.policies(K)[policy], K)
-    chosen = config.phase_depth(phase, K)
-    return None if chosen is None else str(draft_depth.batch_depth_table(config.verify_depths(K), K)[chosen])
+    depth = named_policies(K)[policy].verified_depth(phase, K)
+    return None if depth is None else str(depth)
 
 
 def check_depths(res: Results, cells: dict[tuple[str, int, str], list[dict[str, Any]]]) -> None:
@@ -181,10 +179,6 @@ def acceptance(cells: dict[tuple[str, int, str], list[dict[str, Any]]], phase: s
     runs = [c for (p, _, policy), cs in cells.items() if p == phase and policy == BASELINE for c in cs]
     drafted = sum(c["draft_tokens"] for c in runs)
     return sum(c["accepted_tokens"] for c in runs) / drafted if drafted else None
-
-
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):7.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
 def rate_table(res: Results, phase: str, n: int) -> tuple[list[str], dict[str, float]]:

@@ -43,7 +43,7 @@ def mixed_cells(runs: Sequence[Mapping[str, Any]]) -> Cells:
     return out
 
 
-def expected_depth(policy: str, requests: int, k: int) -> str | None:
+def expected_depth(policy: str, k: int) -> str | None:
     """The one depth a policy's mixed batch verifies today: the deepest its requests choose
     (named_policies' verified_depths over the batch's phases); None: adaptive chooses."""
     if policy == NO_SPEC:
@@ -69,7 +69,7 @@ def problems(runs: Sequence[Mapping[str, Any]], k: int) -> list[str]:
         if len(variants) > 1:
             found.append(f"mixed x{n}: greedy tokens differ between cells ({len(variants)} variants)")
     for (n, policy), cs in sorted(cells.items()):
-        want = expected_depth(policy, n, k)
+        want = expected_depth(policy, k)
         for cell in cs:
             if want is not None and set(cell["steps"]) != {want}:
                 found.append(f"mixed x{n} {policy} round {cell['round']}: steps at depths {sorted(cell['steps'])}, "
@@ -90,6 +90,7 @@ def phase_rate(cell: Mapping[str, Any], phase: str) -> float:
 
 
 def spread(values: Sequence[float]) -> str:
+    """Median [min-max], as the report's tables print a rate."""
     return f"{statistics.median(values):7.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 

@@ -42,13 +42,18 @@ class NamedPolicy:
         """The depths it captures decode graphs for, ascending."""
         return parse_draft_depth(self.draft_depth, k_max).verify_depths(k_max)
 
+    def verified_depth(self, phase: str, k_max: int) -> int | None:
+        """The depth its decode batches verify in `phase`: the depth it chooses there, rounded up to
+        a graph depth as the scheduler rounds it; None: each request's own choice (adaptive)."""
+        config = parse_draft_depth(self.draft_depth, k_max)
+        chosen = config.phase_depth(phase, k_max)
+        return None if chosen is None else min(d for d in config.verify_depths(k_max) if d >= chosen)
+
     def verified_depths(self, k_max: int) -> frozenset[int] | None:
         """The depths its phase-pure decode batches verify (a mixed batch verifies
         the deeper one); None: each request's own choice (adaptive)."""
-        config = parse_draft_depth(self.draft_depth, k_max)
-        chosen = [config.phase_depth(phase, k_max) for phase in PHASES]
-        depths = config.verify_depths(k_max)
-        return None if None in chosen else frozenset(min(d for d in depths if d >= c) for c in chosen if c is not None)
+        depths = [self.verified_depth(phase, k_max) for phase in PHASES]
+        return None if None in depths else frozenset(d for d in depths if d is not None)
 
 
 def named_policies(k: int, step_cost: StepCostGiven | None = None) -> dict[str, NamedPolicy]:

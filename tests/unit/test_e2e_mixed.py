@@ -141,4 +141,4 @@ def test_a_run_that_planned_no_mixed_batch_prints_none(tmp_path: Path, capsys: p
 @pytest.mark.parametrize(("policy", "depth"), [("no speculation", "0"), ("fixed 1", "1"), ("phase 1/2", "2"),
                                                ("phase 0/2", "2"), ("adaptive", None)])
 def test_a_mixed_batch_verifies_the_deepest_choice_today(policy: str, depth: str | None) -> None:
-    assert e2e_mixed.expected_depth(policy, 2, K) == depth
+    assert e2e_mixed.expected_depth(policy, K) == depth
