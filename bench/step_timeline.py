@@ -91,14 +91,13 @@ def top_kernels(events: list[Event], top: int) -> list[tuple[str, float]]:
     """The `top` kernels by GPU time a step (ms, mean over the steps), on every stream,
     inside the target's graph or not (the drafter's graphs, eager kernels), from one target
     replay's first kernel to the next one's."""
-    starts = [min(e["ts"] for e in r) for r in target_replays(events)]
+    starts = [span(r)[0] for r in target_replays(events)]
     if len(starts) < 2:
         raise ValueError("fewer than two target graph replays in the trace")
-    kernels = sorted((e["ts"], e["dur"], e["name"]) for e in events if e.get("ph") == "X" and e.get("cat") == "kernel")
     total: dict[str, float] = defaultdict(float)
-    for ts, dur, name in kernels:
-        if starts[0] <= ts < starts[-1]:
-            total[name] += dur
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel" and starts[0] <= e["ts"] < starts[-1]:
+            total[e["name"]] += e["dur"]
     steps = len(starts) - 1
     return [(name, us / steps / 1000) for name, us in sorted(total.items(), key=lambda kv: -kv[1])[:top]]
 
@@ -111,14 +110,13 @@ def step_split(events: list[Event]) -> dict[str, float]:
     drafter_spans = [span(r) for r in drafter]
     rows = defaultdict(list)
     for this, after in pairwise(target):
-        spans = [(e["ts"], e["ts"] + e["dur"]) for e in this]
-        start, end = min(s for s, _ in spans), max(e for _, e in spans)
+        start, end = span(this)
         streams = [e["args"].get("stream") for e in this]
         main = max(set(streams), key=streams.count)  # the capture stream holds most of the kernels
         on_main = union([(e["ts"], e["ts"] + e["dur"]) for e in this if e["args"].get("stream") == main])
         side = union([(e["ts"], e["ts"] + e["dur"]) for e in this if e["args"].get("stream") != main])
         idle = [(a_end, b_start) for (_, a_end), (b_start, _) in pairwise(on_main)]
-        next_start = min(e["ts"] for e in after)
+        next_start = span(after)[0]
         rows["step"].append(next_start - start)
         rows["target graph"].append(end - start)
         rows["main stream busy"].append(length(on_main))
