@@ -44,6 +44,7 @@ from drafts import DraftFilter
 from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, VOCAB, install_loader, successor
 from harness import DSV4_ENGINE, ENGINE, GRAPHS, Counters, spec_metrics
 
+from bench.e2e_mixed import MIXED as MIXED_PHASE  # the phase the report reads mixed cells by
 from ds4x.core.depth_mixed import mix, mixed_batches
 from ds4x.core.named_policies import named_policies
 
@@ -80,7 +81,7 @@ def cell_plan(texts: dict[str, list[list[int]]]) -> list[tuple[str, int, list[li
     plan = [(phase, n, texts[phase][:n]) for phase in PHASES for n in REQUESTS]
     for n in MIXED:
         phases = mix(n)
-        plan.append(("mixed", n, [texts[p][phases[:i].count(p)] for i, p in enumerate(phases)]))
+        plan.append((MIXED_PHASE, n, [texts[p][phases[:i].count(p)] for i, p in enumerate(phases)]))
     return plan
 
 
@@ -232,7 +233,7 @@ def main() -> dict:
                 after = accepted(spec_metrics(llm))
                 cell.update(round=round_, phase=phase, requests=n, policy=name,
                             draft_tokens=after[0] - before[0], accepted_tokens=after[1] - before[1])
-                if phase == "mixed":
+                if phase == MIXED_PHASE:
                     cell["mix"] = list(mix(n))
                 result["cells"].append(cell)
                 print(f"cell {round_} {phase} x{n} {name}: {cell['tok_s'] or 0:.2f} tok/s, steps "
