@@ -4,15 +4,18 @@ ci/fork-gpu/e2e.py runs them in each round after the phase-pure cells (phase "mi
 the engine's record listing the batch sizes it planned under "mixed"; E2E_MIXED=0: none).
 bench/e2e_decode.py calls this module:
 - `problems`: fails closed on a planned mixed cell that is missing or did not measure
-  (every policy the engine ran, every round), greedy tokens that differ between the
+  (every policy the engine ran and each per-request twin it planned, every round),
+  greedy tokens that differ between the
   policies of a batch, and a policy that verified another depth than the deepest its
   requests chose (today's batch-uniform depth);
 - `report`: steady decode tok/s over the batch and per request phase, and the step by
   verified depth, per policy; then depth_mixed's prediction of today's batch-uniform
   depth, fed the mixed cells' own measured step at each depth (fixed 0..K) and the
   acceptance measured in the phase-pure cells, against the measurement within the
-  report's slack; and, predicted only, each request verifying its own depth (the
-  layer's curve for the step's tokens, plus the measured rest at the deepest depth).
+  report's slack; and each request verifying its own depth (the layer's curve for the
+  step's tokens, plus the measured rest at the deepest depth): predicted, and where the
+  engine ran a policy's per-request twin, measured against that and against its
+  batch-uniform twin in the same round.
 Runs without mixed cells (older ones, E2E_MIXED=0) print nothing here.
 """
 
@@ -25,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ds4x.core import depth_mixed
-from ds4x.core.named_policies import named_policies
+from ds4x.core.named_policies import PER_REQUEST, any_policy, named_policies, per_request_policies
 
 MIXED = "mixed"
 NO_SPEC = "no speculation"
@@ -48,7 +51,7 @@ def expected_depth(policy: str, k: int) -> str | None:
     (named_policies' verified_depths over the batch's phases); None: adaptive chooses."""
     if policy == NO_SPEC:
         return "0"
-    depths = named_policies(k)[policy].verified_depths(k)
+    depths = any_policy(policy, k).verified_depths(k)
     return None if depths is None else str(max(depths))
 
 
@@ -59,6 +62,7 @@ def problems(runs: Sequence[Mapping[str, Any]], k: int) -> list[str]:
     for run in runs:
         ran = [c for c in run.get("cells", []) if c.get("phase") != MIXED]
         rounds, policies = sorted({c["round"] for c in ran}), list(dict.fromkeys(c["policy"] for c in ran))
+        policies += run.get("mixed_per_request", [])
         for n in run.get("mixed", []):
             for policy in policies:
                 got = [c for c in cells.get((n, policy), []) if measured(c)]
@@ -98,7 +102,8 @@ def rate_table(cells: Cells, n: int, policies: Sequence[str], baseline: str) -> 
     """Lines (tok/s over the batch, against `baseline` in the same round, per phase, the step
     by verified depth), and the median tok/s of each policy."""
     base = {c["round"]: c["tok_s"] for c in cells[n, baseline]}
-    lines = [f"{'policy':<15} {'tok/s median [range]':>24} {'vs ' + baseline:>10} {'reasoning':>10} {'answer':>8}"
+    width = max(15, *map(len, policies))
+    lines = [f"{'policy':<{width}} {'tok/s median [range]':>24} {'vs ' + baseline:>10} {'reasoning':>10} {'answer':>8}"
              "   step ms by verified depth"]
     medians = {}
     for policy in policies:
@@ -108,7 +113,7 @@ def rate_table(cells: Cells, n: int, policies: Sequence[str], baseline: str) -> 
         by_phase = [statistics.median(phase_rate(c, p) for c in runs) for p in ("reasoning", "answer")]
         depths = sorted({d for c in runs for d in c["steps"]})
         steps = ", ".join(f"{d}: {step_ms(cells, n, policy, d):.1f}" for d in depths)
-        lines.append(f"{policy:<15} {spread([c['tok_s'] for c in runs]):>24} "
+        lines.append(f"{policy:<{width}} {spread([c['tok_s'] for c in runs]):>24} "
                      f"{statistics.median(ratios) if ratios else float('nan'):>10.3f} {by_phase[0]:10.2f} "
                      f"{by_phase[1]:8.2f}   {steps}")
     return lines, medians
@@ -137,7 +142,38 @@ def predictions(n: int, k: int, acceptance: Mapping[str, float], measured_tok_s:
         lines.append(f"{name:<12} {got:9.2f} {want:10.2f} {want / got - 1:+7.1%}   {after}")
         if abs(want / got - 1) > slack:
             misses.append(f"mixed x{n} {name}: predicted {want:.2f}, measured {got:.2f} ({want / got - 1:+.1%})")
+        twin = measured_tok_s.get(name + PER_REQUEST)
+        if twin is not None and per_request:
+            mine = c.per_request.tok_s
+            lines.append(f"{name + PER_REQUEST:<12} {twin:9.2f} {mine:10.2f} {mine / twin - 1:+7.1%}   "
+                         "(the per-request prediction, run)")
+            if abs(mine / twin - 1) > slack:
+                misses.append(f"mixed x{n} {name}{PER_REQUEST}: predicted {mine:.2f}, measured {twin:.2f} "
+                              f"({mine / twin - 1:+.1%})")
     return lines, misses
+
+
+PHASES = ("reasoning", "answer")
+
+
+def rates(cell: Mapping[str, Any]) -> dict[str, float]:
+    """A mixed cell's steady tok/s over the batch and of each phase's requests."""
+    return {"batch": float(cell["tok_s"]), **{p: phase_rate(cell, p) for p in PHASES}}
+
+
+def twin_gains(cells: Cells, n: int, k: int) -> list[str]:
+    """Each per-request twin the engine ran against its batch-uniform twin, paired by round:
+    the ratio of their steady tok/s over the batch, and of each phase's."""
+    lines = []
+    for twin in per_request_policies(k):
+        base = twin.removesuffix(PER_REQUEST)
+        if (n, twin) not in cells:
+            continue
+        pairs = [(c, b) for c in cells[n, twin] for b in cells[n, base] if b["round"] == c["round"]]
+        ratios = {what: [rates(c)[what] / rates(b)[what] for c, b in pairs] for what in ("batch", *PHASES)}
+        lines.append(f"{twin:<22} vs {base}: " + ", ".join(
+            f"{what} {statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]" for what, r in ratios.items() if r))
+    return lines
 
 
 def curve_cost(curve: Mapping[int, float], layers: int, seconds: Sequence[float], n: int,
@@ -163,7 +199,7 @@ def report(runs: Sequence[Mapping[str, Any]], k: int, acceptance: Mapping[str, f
     lines: list[str] = []
     misses: list[str] = []
     for n in sorted({n for n, _ in cells}):
-        policies = [p for p in [NO_SPEC, *named_policies(k)] if (n, p) in cells]
+        policies = [p for p in [NO_SPEC, *named_policies(k), *per_request_policies(k)] if (n, p) in cells]
         table, medians = rate_table(cells, n, policies, f"fixed {k}")
         phases = depth_mixed.mix(n)
         lines += ["", f"mixed, {n} running requests ({' + '.join(phases)}): steady decode tok/s over the batch, "
@@ -174,5 +210,8 @@ def report(runs: Sequence[Mapping[str, Any]], k: int, acceptance: Mapping[str, f
         lines += ["", f"depth_mixed against the engine, mixed x{n}: today's depth for the whole batch, fed the mixed "
                       f"cells' own step at each depth (fixed 0..{k}); acceptance as measured in the phase-pure cells; "
                       + how, *found]
+        if gains := twin_gains(cells, n, k):
+            lines += ["", f"each request verifying its own depth against the batch's, mixed x{n}: tok/s ratio, "
+                          "median [range] of the rounds (same round, same engine)", *gains]
         misses += missed
     return lines, misses

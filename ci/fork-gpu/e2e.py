@@ -21,7 +21,9 @@ times come from the scheduler's own calls, by verified depth. Each round then ru
 the mixed cells (phase "mixed"): one reasoning and one answering request together,
 and two of each where max-num-seqs (the most of E2E_REQUESTS) allows, for every
 policy (depth_mixed.mixed_batches; E2E_MIXED=0: none; no warm-up round of their own,
-the round's phase-pure cells come first). E2E_ROUNDS rounds (default 3), the policy
+the round's phase-pure cells come first), and for each policy whose requests may choose
+different depths its per-request twin (named_policies.per_request_policies: each request
+verifies its own depth in the batch's graph; E2E_PER_REQUEST=0: not run). E2E_ROUNDS rounds (default 3), the policy
 order rotated each round. The JSON is rewritten after every cell, so a run cut short
 keeps what it measured.
 
@@ -46,7 +48,7 @@ from harness import DSV4_ENGINE, ENGINE, GRAPHS, Counters, spec_metrics
 
 from bench.e2e_mixed import MIXED as MIXED_PHASE  # the phase the report reads mixed cells by
 from ds4x.core.depth_mixed import mix, mixed_batches
-from ds4x.core.named_policies import named_policies
+from ds4x.core.named_policies import PER_REQUEST, named_policies, per_request_policies
 
 MODE, OUTDIR, MODELS = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 K = 2
@@ -58,8 +60,10 @@ PHASES = ("reasoning", "answer")
 TAG = os.environ.get("E2E_TAG", "")
 WARMUP = int(os.environ.get("E2E_WARMUP", "1"))  # unrecorded rounds before the first
 NAME = f"{MODE}-{TAG}" if TAG else MODE  # the files' name: e2e-NAME.json, trace-NAME-xN-DEPTH.json.gz
-ENGINE_POLICY = named_policies(K)["adaptive"].draft_depth  # captures graphs for depths 0..K
 MIXED = [] if os.environ.get("E2E_MIXED", "1") == "0" else mixed_batches(max(REQUESTS))  # mixed batch sizes
+TWINS = bool(MIXED) and os.environ.get("E2E_PER_REQUEST", "1") != "0"  # the mixed cells' per-request twins
+# captures graphs for depths 0..K; per-request verify on: the model runner masks rows only when the engine's asks
+ENGINE_POLICY = {**(named_policies(K)["adaptive"].draft_depth or {}), **({"verify": "request"} if TWINS else {})}
 DSV4 = os.environ.get("E2E_MODEL") == "dsv4"  # DeepSeek-V4 + DSpark (dsv4_model.py) instead of e2e_model.py's
 
 
@@ -218,14 +222,16 @@ def main() -> dict:
     drafts.active = True
     texts = prompts(AutoTokenizer.from_pretrained(MODELS / "target"))
     policies = chosen_policies() if MODE == "spec" else [("no speculation", None)]
+    mixed_policies = policies + (twins(policies) if MODE == "spec" and TWINS else [])
     scheduling = Policies(scheduler) if MODE == "spec" else None
     ids = count()
     warm_up(llm, log, texts, scheduling, ids)
     counters.reset()
     for round_ in range(ROUNDS):
         for phase, n, prompt_ids in cell_plan(texts):
-            shift = round_ % len(policies)
-            for name, config in policies[shift:] + policies[:shift]:
+            ran = mixed_policies if phase == MIXED_PHASE else policies
+            shift = round_ % len(ran)
+            for name, config in ran[shift:] + ran[:shift]:
                 if scheduling:
                     scheduling.use(name, config)
                 before = accepted(spec_metrics(llm))
@@ -270,6 +276,7 @@ def record(llm, init_s: float, keep: dict[str, float]) -> dict:
             "tag": TAG, "overlap": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
             "ubatch_tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
             "warm_up_rounds": WARMUP, "mixed": MIXED,
+            "mixed_per_request": [name for name, _ in twins(chosen_policies())] if MODE == "spec" and TWINS else [],
             "adaptive_step_cost": adaptive_step_cost(),
             "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
 
@@ -291,6 +298,13 @@ def chosen_policies() -> list[tuple[str, dict]]:
     if unknown := [n for n in names if n not in every]:
         raise ValueError(f"E2E_POLICIES: unknown {unknown}; known: {list(every)}")
     return [(n, every[n]) for n in names] if names else list(every.items())
+
+
+def twins(policies: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
+    """The per-request twins of those of `policies` that have one (phase, adaptive), as the mixed cells run them."""
+    names = {name for name, _ in policies}
+    return [(name, twin.draft_depth) for name, twin in per_request_policies(K, adaptive_step_cost()).items()
+            if name.removesuffix(PER_REQUEST) in names]
 
 
 def profile(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: count) -> list[str]:

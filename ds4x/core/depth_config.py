@@ -44,6 +44,12 @@ class DraftDepthConfig:
     graph (default: those the policy chooses, and K_max: fixed K_max; phase
     its two and K_max; adaptive min_depth..K_max). Must include K_max. A batch
     verifies the smallest of these at or above the deepest depth chosen in it."""
+    verify: str = "batch"
+    """"batch": every request of a decode batch verifies the batch's depth (the
+    deepest choice in it, rounded up to a graph depth). "request": each
+    request verifies its own rounded choice; the batch still runs the deepest
+    depth's graph, with the drafts past a request's own depth masked (routed to
+    no CPU expert, their tokens discarded). The fork's model runner v2 only."""
 
     @classmethod
     def from_dict(cls, raw: Any, k_max: int) -> DraftDepthConfig:
@@ -211,6 +217,15 @@ def _step_cost(value: Any, k_max: int) -> StepCost | None:
     return {n: _costs(costs, k_max, f"[{n}]") for n, costs in by_batch.items()}
 
 
+VERIFY_MODES = ("batch", "request")
+
+
+def _verify(value: Any) -> str:
+    if value not in VERIFY_MODES:
+        raise _fail("verify", value, f"one of {', '.join(map(repr, VERIFY_MODES))}", '"request"')
+    return str(value)
+
+
 def _graph_depths(value: Any, k_max: int) -> tuple[int, ...] | None:
     if value is None:
         return None
@@ -230,6 +245,7 @@ def _field_parsers(k_max: int) -> dict[str, Callable[[Any], Any]]:
     """Field name -> its parse; each raises naming the field, the value and an example."""
     return {
         "graph_depths": lambda v: _graph_depths(v, k_max),
+        "verify": _verify,
         "reasoning_depth": _optional_depth("reasoning_depth", k_max),
         "answer_depth": _optional_depth("answer_depth", k_max),
         "min_depth": lambda v: _whole("min_depth", v, 0, k_max, 0),

@@ -70,6 +70,26 @@ def named_policies(k: int, step_cost: StepCostGiven | None = None) -> dict[str, 
     return {policy.name: policy for policy in table}
 
 
+PER_REQUEST = " per request"
+"""the name suffix of a policy whose requests each verify their own depth (draft_depth verify "request")"""
+
+
+def per_request_policies(k: int, step_cost: StepCostGiven | None = None) -> dict[str, NamedPolicy]:
+    """By report name ("phase 0/2 per request"): each named policy whose requests may choose different
+    depths (phase, adaptive), with each request verifying its own depth in a mixed batch (the fork's
+    model runner v2); its batches still run the deepest choice's graph, so it verifies, as a batch,
+    what its named twin verifies."""
+    return {p.name + PER_REQUEST: NamedPolicy(name=p.name + PER_REQUEST, case=None,
+                                              draft_depth={**(p.draft_depth or {}), "verify": "request"})
+            for p in named_policies(k, step_cost).values()
+            if (depths := p.verified_depths(k)) is None or len(depths) > 1}
+
+
+def any_policy(name: str, k: int) -> NamedPolicy:
+    """A named policy or its per-request twin, by report name."""
+    return {**named_policies(k), **per_request_policies(k)}[name]
+
+
 def same_behaviour(k: int) -> list[tuple[str, str, str]]:
     """(phase, fixed depth, phase policy) where the two verify the same depth in that phase: each
     phase policy runs its reasoning depth's fixed twin while reasoning and fixed K while answering

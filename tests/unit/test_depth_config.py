@@ -29,6 +29,7 @@ from ds4x.core import draft_depth as dd
     ({"policy": "adaptive", "step_cost": {"1.5": [1, 2, 3]}}, "step_cost: expected a list of costs"),
     ({"graph_depths": "2"}, "graph_depths='2': expected depths in 0..2 that include 2"),
     ({"graph_depths": [True, 2]}, "graph_depths=[True, 2]: expected depths in 0..2"),
+    ({"verify": "requests"}, "verify='requests': expected one of 'batch', 'request', e.g. \"request\""),
     ({"policy": 1}, "policy=1: expected one of fixed, phase, adaptive, e.g. \"phase\""),
     ([1], "draft_depth=[1]: expected an object, e.g. {\"policy\": \"phase\", \"reasoning_depth\": 1}"),
 ])
@@ -43,7 +44,7 @@ def test_a_field_of_another_policy_is_refused_with_the_policy_s_own() -> None:
         dd.parse_draft_depth({"policy": "phase", "min_depth": 0}, 2)
     assert str(caught.value).startswith(
         "speculative_config.draft_depth: unknown field(s) ['min_depth'] for policy 'phase'; "
-        "known: ['answer_depth', 'graph_depths', 'policy', 'reasoning_depth']")
+        "known: ['answer_depth', 'graph_depths', 'policy', 'reasoning_depth', 'verify']")
 
 
 def test_a_huge_value_is_shown_cut_short() -> None:
@@ -57,6 +58,7 @@ def test_a_huge_value_is_shown_cut_short() -> None:
     ({}, dd.FixedDepth()),
     ({"policy": "fixed", "graph_depths": [2, 0]}, dd.FixedDepth(graph_depths=(2, 0))),
     ({"policy": "phase", "reasoning_depth": 0, "answer_depth": None}, dd.PhaseDepth(reasoning_depth=0)),
+    ({"policy": "phase", "verify": "request"}, dd.PhaseDepth(verify="request")),
     ({"policy": "adaptive", "min_depth": 0, "smoothing": 1, "step_cost": {"1": [1, 2, 3], 2: [1.0, 1.5, 2.0]}},
      dd.AdaptiveDepth(min_depth=0, smoothing=1.0, step_cost={1: (1.0, 2.0, 3.0), 2: (1.0, 1.5, 2.0)})),
 ])

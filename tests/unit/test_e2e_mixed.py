@@ -142,3 +142,50 @@ def test_a_run_that_planned_no_mixed_batch_prints_none(tmp_path: Path, capsys: p
                                                ("phase 0/2", "2"), ("adaptive", None)])
 def test_a_mixed_batch_verifies_the_deepest_choice_today(policy: str, depth: str | None) -> None:
     assert e2e_mixed.expected_depth(policy, K) == depth
+
+
+def per_request_cell(round_: int) -> dict[str, Any]:
+    """phase 0/2's per-request twin as the model prices it: the batch's depth-2 graph, the reasoning
+    request verifying 0 drafts (its rows masked: 4 tokens a layer call, not 6), the answer 2."""
+    step = LAYERS * CPU_MS[4] + REST_MS[2]
+    made = [STEPS * depth_mixed.tokens_by_depth(SET[phase], K)[depth] for phase, depth in (("reasoning", 0),
+                                                                                          ("answer", 2))]
+    window_s = STEPS * step / 1000
+    return {**mixed_cell("phase 0/2", round_), "policy": "phase 0/2 per request", "tok_s": sum(made) / window_s,
+            "window_tokens": sum(made), "window_tokens_by_request": made, "window_s": window_s,
+            "steps": {"2": {"n": STEPS, "median_ms": step}}}
+
+
+def runs_with_twins() -> tuple[dict[str, Any], dict[str, Any]]:
+    nospec, spec = runs_with_mixed()
+    spec["mixed_per_request"] = ["phase 0/2 per request"]
+    spec["cells"] += [per_request_cell(r) for r in range(2)]
+    return nospec, spec
+
+
+def test_a_per_request_twin_is_held_to_its_prediction_and_paired_with_its_batch_twin(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    done, out = report(tmp_path, runs_with_twins(), capsys)
+    assert done == 0 and "FAIL" not in out
+    twin, base = per_request_cell(0), mixed_cell("phase 0/2", 0)
+    heading = "mixed, 2 running requests (reasoning + answer): steady decode tok/s over the batch, and per phase"
+    got = row(out, "phase 0/2 per request", heading)
+    assert [got[4], got[6]] == [f"{twin['tok_s']:.2f}", f"{twin['tok_s'] / base['tok_s']:.3f}"]  # fixed 2 = 2 + 2
+    measured = row(out, "phase 0/2 per request", "depth_mixed against the engine, mixed x2")
+    assert measured[4:7] == [f"{twin['tok_s']:.2f}", f"{twin['tok_s']:.2f}", "+0.0%"]  # the model's price of what ran
+    gains = row(out, "phase 0/2 per request", "each request verifying its own depth against the batch's")
+    ratio = twin["tok_s"] / base["tok_s"]
+    assert gains[4:10] == ["vs", "phase", "0/2:", "batch", f"{ratio:.3f}", f"[{ratio:.3f}-{ratio:.3f}],"]
+    assert ratio > 1.1  # the model's gain on this curve
+
+
+def test_a_planned_per_request_twin_that_did_not_run_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nospec, spec = runs_with_twins()
+    spec["cells"] = [c for c in spec["cells"] if not (c["policy"] == "phase 0/2 per request" and c["round"] == 1)]
+    done, out = report(tmp_path, (nospec, spec), capsys)
+    assert done == 1 and "FAIL: mixed x2 phase 0/2 per request: 1 of 2 rounds measured" in out.splitlines()
+
+
+def test_a_per_request_twin_verifies_its_batch_twin_s_graph_depth() -> None:
+    assert e2e_mixed.expected_depth("phase 0/2 per request", K) == "2"
+    assert e2e_mixed.expected_depth("adaptive per request", K) is None

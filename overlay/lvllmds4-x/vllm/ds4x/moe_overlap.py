@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from vllm.ds4x import overlap_plan
+from vllm.ds4x import overlap_plan, verify_mask
 from vllm.logger import init_logger
 
 logger = init_logger(__name__)
@@ -87,7 +87,9 @@ def cpu_decode(runner: Any, hidden_states: torch.Tensor, topk_weights: torch.Ten
     """RoutedExperts._cpu_decode, with the shared expert queued beside it when
     the level asks; the main stream waits for the shared expert only after
     cpu_decode's output is converted, where the fork's own join was. Inside
-    a micro-batched step: _cpu_decode_split."""
+    a micro-batched step: _cpu_decode_split. Rows that no request verifies
+    (per-request verify depths) go to no expert."""
+    topk_ids = verify_mask.masked_ids(runner.routed_experts, topk_ids, token_offset)
     if splitting():
         return _cpu_decode_split(runner, hidden_states, topk_weights, topk_ids, shared_input)
     shared = runner.shared_experts

@@ -5,16 +5,27 @@
 The decision is made here, once, in the scheduler: every tensor- and
 pipeline-parallel rank receives it as the per-request draft lists of the
 scheduler output. Each decode batch verifies one depth (see uniform_depth),
-so it keeps a full CUDA graph. KV lookahead stays reserved for K_max.
+so it keeps a full CUDA graph. KV lookahead stays reserved for K_max. With
+draft_depth verify "request" (the fork's model runner v2) the batch still
+runs that depth's graph, and each request verifies only its own depth
+(SchedulerOutput.ds4x_verify_depths; vllm.ds4x.verify_mask masks the rest).
 """
 
+import importlib.util
 import time
 from collections.abc import Iterable, Mapping
 from itertools import chain
 from typing import Any, TypeAlias
 
 from vllm.ds4x.depth_estimates import StepCosts
-from vllm.ds4x.draft_depth import DepthPolicy, FixedDepth, PhaseTracker, RequestState, configured_draft_depth
+from vllm.ds4x.draft_depth import (
+    DepthPolicy,
+    DraftDepthError,
+    FixedDepth,
+    PhaseTracker,
+    RequestState,
+    configured_draft_depth,
+)
 from vllm.ds4x.scheduler_seams import RequestView, RunnerOutputView, SchedulerOutputView
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
@@ -70,6 +81,8 @@ class DraftDepthScheduling:
         # fixed without graph_depths: every batch verifies K_max, nothing to cut
         self._may_cut_drafts = any(d < policy.k_max for d in policy.batch_depth)
         self._k_max_choice = policy.batch_depth.index(policy.k_max)  # the lowest choice that verifies K_max
+        self._per_request = policy.config.verify == "request"
+        self.verify_depths: dict[str, int] | None = None  # the step's own depths below the batch's (verify "request")
         self._states = policy.requests  # by request id: the step's output is read by id
         self._lengths: list[int] = []  # of the step's sampled token lists, before vLLM trims any
         self._marked = False  # whether a token of the step may end a marker
@@ -87,6 +100,8 @@ class DraftDepthScheduling:
         if not k_max:
             return None
         config = configured_draft_depth(getattr(spec, "draft_depth", None), k_max)
+        if config.verify == "request":
+            _check_per_request_verify(vllm_config)
         tracker = phase_tracker(vllm_config)
         if isinstance(config, FixedDepth) and tracker is None:
             return None
@@ -118,23 +133,30 @@ class DraftDepthScheduling:
         among them, so the batch has one query length and replays its CUDA
         graph. Drafts are kept whole until here (verifying more than a
         request chose is lossless); a drafter that proposed fewer (n-gram)
-        keeps its shorter list."""
+        keeps its shorter list. At verify "request", verify_depths gets the
+        depth of each request that verifies less than the batch: its own
+        choice, rounded up to a graph depth."""
+        self.verify_depths = None
         if not self._may_cut_drafts:
             return
         chosen, full = -1, self._k_max_choice
         for request in running:
             mine = request.ds4x_depth_state.depth
             if mine > chosen and request.spec_token_ids:
-                if mine >= full:  # the batch verifies K_max: nothing to cut, and no need to look further
+                if mine >= full and not self._per_request:  # K_max: nothing to cut, no need to look further
                     return
                 chosen = mine
         if chosen < 0:  # no drafts
             return
-        depth = self.policy.batch_depth[chosen]
+        batch_depth = self.policy.batch_depth
+        depth, own = batch_depth[chosen], {}
         for request in running:
             drafts = request.spec_token_ids
             if len(drafts) > depth:
-                request.spec_token_ids = drafts[:depth]
+                request.spec_token_ids = drafts = drafts[:depth]
+            if self._per_request and drafts and (mine := batch_depth[request.ds4x_depth_state.depth]) < len(drafts):
+                own[request.request_id] = mine
+        self.verify_depths = own or None
 
     def before_output(self, runner_output: RunnerOutputView) -> None:
         """vLLM trims a stopping request's sampled tokens in place; what it
@@ -153,32 +175,58 @@ class DraftDepthScheduling:
         or a new one when the step's only news is requests that verified
         nothing (vllm:spec_decode_num_drafts_by_depth{depth="0"})."""
         self._drafted = None
+        own = getattr(scheduler_output, "ds4x_verify_depths", None)  # the fork's SchedulerOutput has it
         if runner_output.sampled_token_ids:
-            self._read_output(scheduler_output, runner_output, requests, stats)
-            stats = self._count_unverified(scheduler_output, runner_output, requests, stats)
+            spec = scheduler_output.scheduled_spec_decode_tokens
+            if own:
+                spec = self._own_drafts(spec, own, scheduler_output.num_invalid_spec_tokens, runner_output, stats)
+            self._read_output(scheduler_output, spec, runner_output, requests, stats)
+            stats = self._count_unverified(scheduler_output, spec, runner_output, requests, stats)
         for state in self._leaving:
             self.policy.retire(state)
         self._leaving.clear()
-        self._time_step(scheduler_output, self._drafted)
+        self._time_step(scheduler_output, self._drafted, not own)
         self.strategy.step_ended(runner_output.req_id_to_index)
         return stats
 
-    def _count_unverified(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
-                          requests: Mapping[str, RequestView], stats: StepStats) -> StepStats:
+    def _own_drafts(self, spec: dict[str, list[int]], own: Mapping[str, int], refused: dict[str, int] | None,
+                    runner_output: RunnerOutputView, stats: StepStats) -> dict[str, list[int]]:
+        """The drafts each request verified at its own depth (the first ones; none
+        at depth 0), and vLLM's stats, which counted every draft scheduled, less
+        those past it: its drafts per position, and at depth 0 the verification."""
+        verified, index = dict(spec), runner_output.req_id_to_index
+        for request_id, depth in own.items():
+            drafts, i = spec.get(request_id), index.get(request_id)
+            if not drafts or depth >= len(drafts):
+                continue
+            if depth:
+                verified[request_id] = drafts[:depth]
+            else:
+                del verified[request_id]
+            if stats is not None and i is not None and self._lengths[i] and request_id in self._states:
+                counted = len(drafts) - (refused or {}).get(request_id, 0)  # as vLLM counted it
+                uncount(stats, counted, min(depth, counted))
+        return verified
+
+    def _count_unverified(self, scheduler_output: SchedulerOutputView, spec: dict[str, list[int]],
+                          runner_output: RunnerOutputView, requests: Mapping[str, RequestView],
+                          stats: StepStats) -> StepStats:
         """Decode steps of requests that verified nothing (they chose depth 0, or
-        the drafter proposed nothing): one token scheduled, no drafts, not a
-        new or resumed request, output tokens from before this step, not
-        aborted while the step ran (vLLM skips those)."""
-        spec, ids = scheduler_output.scheduled_spec_decode_tokens, runner_output.req_ids
+        the drafter proposed nothing): one token scheduled and no drafts, or
+        drafts none of which it verified (`spec`: those verified); not a new or
+        resumed request, output tokens from before this step, not aborted
+        while the step ran (vLLM skips those)."""
+        ids = runner_output.req_ids
         if len(spec) >= len(ids):  # every request verified drafts
             return stats
         scheduled, new = scheduler_output.num_scheduled_tokens, scheduler_output.scheduled_new_reqs
+        drafted = scheduler_output.scheduled_spec_decode_tokens
         resumed = scheduler_output.scheduled_cached_reqs.resumed_req_ids  # recomputing, not decoding
         fresh = {r.req_id for r in new} | resumed if new or resumed else ()
         count = 0
         for request_id, length in zip(ids, self._lengths):
-            if (length and scheduled.get(request_id) == 1 and request_id not in spec and request_id not in fresh
-                    and request_id in self._states):
+            if (length and (scheduled.get(request_id) == 1 or request_id in drafted) and request_id not in spec
+                    and request_id not in fresh and request_id in self._states):
                 request = requests.get(request_id)  # None: it finished in this step
                 count += request is None or request.num_output_tokens > length
         if not count:
@@ -190,15 +238,16 @@ class DraftDepthScheduling:
         stats.ds4x.observe_unverified(count)
         return stats
 
-    def _read_output(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
-                     requests: Mapping[str, RequestView], stats: SpecDecodingStats | None) -> None:
+    def _read_output(self, scheduler_output: SchedulerOutputView, spec: dict[str, list[int]],
+                     runner_output: RunnerOutputView, requests: Mapping[str, RequestView],
+                     stats: SpecDecodingStats | None) -> None:
+        """`spec`: the drafts each request verified."""
         ids, sampled = runner_output.req_ids, runner_output.sampled_token_ids
-        spec = scheduler_output.scheduled_spec_decode_tokens
         self._drafted = drafted = uniform_drafts(spec, ids, stats, scheduler_output.num_invalid_spec_tokens)
         if spec:
             self.strategy.learn(ids, spec, self._lengths, drafted)
             if stats is not None:
-                self._tally.count(scheduler_output, runner_output, stats, self._lengths)
+                self._tally.count(scheduler_output, spec, runner_output, stats, self._lengths)
         if not self._marked:
             return
         markers = self._markers
@@ -215,14 +264,14 @@ class StepTally:
     def __init__(self, policy: DepthPolicy) -> None:
         self.codec, self.groups, self.states = policy.codec, policy.groups, policy.requests
 
-    def count(self, scheduler_output: SchedulerOutputView, runner_output: RunnerOutputView,
-              stats: SpecDecodingStats, lengths: list[int]) -> None:
+    def count(self, scheduler_output: SchedulerOutputView, spec: dict[str, list[int]],
+              runner_output: RunnerOutputView, stats: SpecDecodingStats, lengths: list[int]) -> None:
         """The step's verifications into its stats by phase and chosen depth:
         vLLM's own totals for the step, less those of every group of requests
         (same phase and chosen depth) but the largest, read one by one. A step
         whose largest group did not verify one depth throughout (n-gram drafted
         fewer), or had drafts the grammar refused, is read request by request."""
-        spec, groups = scheduler_output.scheduled_spec_decode_tokens, self.groups
+        groups = self.groups
         if not groups:  # every request aborted while the step ran
             return
         # drafts, accepted tokens, and drafts that reached each position: vLLM's, less all groups' but the largest
@@ -295,6 +344,16 @@ def uniform_drafts(spec: dict[str, list[int]], ids: list[str], stats: SpecDecodi
     return depth if depth == min(map(len, spec.values())) else None
 
 
+def uncount(stats: SpecDecodingStats, counted: int, verified: int) -> None:
+    """A request's drafts that vLLM's stats counted (`counted`) less those past what it
+    verified (its own depth); at depth 0 not a verification at all."""
+    stats.num_draft_tokens -= counted - verified
+    for position in range(verified, counted):
+        stats.num_draft_tokens_per_pos[position] -= 1
+    if not verified:
+        stats.num_drafts -= 1
+
+
 def even_depth(reached: list[int], drafts: int) -> int | None:
     """d when `drafts` drafts that reached each position as counted in `reached`
     all had d (0 when there are none), else None."""
@@ -302,7 +361,7 @@ def even_depth(reached: list[int], drafts: int) -> int | None:
     return depth if drafts >= 0 and reached == [drafts] * depth + [0] * (len(reached) - depth) else None
 
 
-def _untimed(scheduler_output: SchedulerOutputView, drafted: int | None) -> None:
+def _untimed(scheduler_output: SchedulerOutputView, drafted: int | None, whole: bool) -> None:
     """A strategy that decides on no step costs: nothing to time."""
 
 
@@ -317,14 +376,17 @@ class StepTimer:
         self._previous = 0  # requests in the last step
         self._step_end: float | None = None
 
-    def time(self, scheduler_output: SchedulerOutputView, drafted: int | None) -> None:
+    def time(self, scheduler_output: SchedulerOutputView, drafted: int | None, whole: bool) -> None:
         """`drafted`: d when every request of the step verified d drafts (then each
-        was scheduled 1 + d tokens, unless it was no decode: checked on the total)."""
+        was scheduled 1 + d tokens, unless it was no decode: checked on the total);
+        `whole`: False when some request verified fewer drafts than it ran (its
+        rows masked: the step's cost is then no uniform depth's)."""
         now = time.perf_counter()
         scheduled = scheduler_output.num_scheduled_tokens
         previous, self._previous = self._previous, len(scheduled)
         step_end, self._step_end = self._step_end, now
-        if (step_end is None or not scheduled or len(scheduled) != previous or scheduler_output.scheduled_new_reqs
+        if (not whole or step_end is None or not scheduled or len(scheduled) != previous
+                or scheduler_output.scheduled_new_reqs
                 or scheduler_output.scheduled_cached_reqs.resumed_req_ids):
             return
         total = scheduler_output.total_num_scheduled_tokens
@@ -332,6 +394,17 @@ class StepTimer:
         tokens = 1 + drafted if drafted is not None else 1 if total == len(scheduled) else max(scheduled.values())
         if tokens <= self.k_max + 1 and tokens * len(scheduled) == total:
             self.costs.observe(tokens, now - step_end, len(scheduled))  # one length: the total is the longest times the count
+
+
+def _check_per_request_verify(vllm_config: Any) -> None:
+    """verify "request" needs a model runner that masks the drafts past a request's
+    own depth: the fork's v2 (vllm.ds4x.verify_mask); elsewhere, one start-up error."""
+    if importlib.util.find_spec("vllm.ds4x.verify_mask") is None or not getattr(
+            vllm_config, "use_v2_model_runner", False):
+        raise DraftDepthError(
+            'speculative_config.draft_depth.verify="request" needs the Lvllmds4-x fork\'s model runner v2 '
+            '(VLLM_USE_V2_MODEL_RUNNER=1, or a drafter that forces it: DSpark, EAGLE, MTP, DFlash); '
+            'drop "verify" (or set "batch") to verify one depth per batch')
 
 
 def validate_request(params: Any, speculative_config: Any) -> None:

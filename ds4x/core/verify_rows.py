@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Per-request verify depths in one uniform decode batch: which token rows a request does not verify, and how many tokens it may keep.
+
+A decode batch runs the CUDA graph of its deepest depth D, so every request
+has its drafts in the last D rows of its query. A request that chose depth
+c < D verifies only the first c of them: the rows after those are masked
+(routed to no CPU expert), and of its sampled tokens it keeps at most
+1 + c: the target's tokens up to and including the one after its c-th
+draft, which is exactly what verifying c drafts gives (greedy or sampled:
+the tokens past a stopping point never change those before it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+def own_depths(depths: Mapping[str, int], req_ids: Sequence[str], drafts: Sequence[int]) -> list[int] | None:
+    """The drafts each request of the batch verifies, in batch order: its own depth
+    where `depths` caps it below its scheduled `drafts`, else all of them; None when
+    no request of the batch is capped."""
+    own = [min(depths.get(req_id, drafted), drafted) for req_id, drafted in zip(req_ids, drafts)]
+    return None if own == list(drafts) else own
+
+
+def masked_rows(own: Sequence[int], drafts: Sequence[int], query_ends: Sequence[int]) -> list[tuple[int, int]]:
+    """[first, end) token rows of the drafts past each request's own depth: its drafts
+    are the last `drafts[i]` rows of its query, which ends at row `query_ends[i]`."""
+    return [(end - drafted + mine, end) for mine, drafted, end in zip(own, drafts, query_ends) if mine < drafted]
+
+
+def kept_tokens(own: Sequence[int], bonus: int = 1) -> list[int]:
+    """The most sampled tokens each request keeps: its verified drafts and the bonus token(s)."""
+    return [mine + bonus for mine in own]

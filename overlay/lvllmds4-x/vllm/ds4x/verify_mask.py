@@ -1,0 +1,76 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Per-request verify depths inside full decode graphs (draft_depth verify "request"): masked rows for cpu_decode, a cap on tokens kept.
+
+The scheduler still gives a decode batch one depth, the deepest its requests
+chose, so the batch replays that depth's graph; it also sends each request's
+own depth (SchedulerOutput.ds4x_verify_depths). Before the step, the model
+runner marks the rows of the drafts past a request's own depth in one static
+buffer that the captured graphs read; the target's lk_moe layers route those
+rows to expert -1, which lk_moe skips, so the CPU experts cost what the batch
+verifies. After the forward, the rejection sampler keeps at most 1 + own depth
+tokens of each request (vllm.ds4x.verify_rows says why that is lossless).
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from vllm.ds4x import moe_residency, verify_rows
+
+_rows: torch.Tensor | None = None  # [max tokens] bool, True: a row no request verifies
+_dirty = False  # some row is set
+
+
+def enable(vllm_config: Any, max_tokens: int, device: torch.device) -> bool:
+    """At model runner v2's start: the static row mask, when the draft_depth asks
+    for per-request verify; graphs captured after this read it at every replay."""
+    global _rows
+    spec = vllm_config.speculative_config
+    if spec is None or (getattr(spec, "draft_depth", None) or {}).get("verify") != "request":
+        return False
+    _rows = torch.zeros(max_tokens, dtype=torch.bool, device=device)
+    return True
+
+
+def prepare(depths: dict[str, int] | None, req_ids: list[str], drafts: np.ndarray | None,
+            query_start_loc: np.ndarray, bonus: int, device: torch.device) -> torch.Tensor | None:
+    """Before a step's forward: mark the rows no request verifies and return the most
+    tokens each request keeps ([requests] int32 on the device), or None when every
+    request verifies all it drafted. Clears the rows a previous step marked."""
+    global _dirty
+    if _rows is None:
+        return None
+    drafted: list[int] = drafts.tolist() if depths and drafts is not None else []
+    own = verify_rows.own_depths(depths, req_ids, drafted) if depths and drafted else None
+    if own is None:
+        if _dirty:
+            _rows.zero_()
+            _dirty = False
+        return None
+    host = np.zeros(_rows.numel(), dtype=np.bool_)
+    for first, end in verify_rows.masked_rows(own, drafted, query_start_loc[1:len(own) + 1].tolist()):
+        host[first:end] = True
+    _rows.copy_(torch.from_numpy(host), non_blocking=True)
+    _dirty = True
+    kept = np.asarray(verify_rows.kept_tokens(own, bonus), dtype=np.int32)
+    return torch.from_numpy(kept).to(device, non_blocking=True)
+
+
+def masked_ids(experts: Any, topk_ids: torch.Tensor, row_offset: Callable[[], int]) -> torch.Tensor:
+    """The target's lk_moe routing with the masked rows sent to expert -1 (a draft
+    layer's rows are the drafter's, not the batch's: left as they are).
+    `row_offset`: the current micro-batch's first row in the step."""
+    if _rows is None or _draft_layer(experts):
+        return topk_ids
+    first = row_offset()
+    rows = _rows[first:first + topk_ids.size(0)]
+    return topk_ids.masked_fill(rows.unsqueeze(1), -1)
+
+
+def _draft_layer(experts: Any) -> bool:
+    known = getattr(experts, "ds4x_draft_layer", None)
+    if known is None:
+        known = experts.ds4x_draft_layer = moe_residency.is_draft_layer(experts.layer_name)
+    return bool(known)
