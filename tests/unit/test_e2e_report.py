@@ -191,7 +191,7 @@ def test_the_committed_deepseek_v4_run_fails_closed_on_its_acceptance(capsys: py
 
 
 @pytest.mark.parametrize("run", ["h200-e2e-start", "h200-e2e-warm", "h200-dsv4-e2e", "h200-dsv4-e2e-omp1",
-                                 "h200-dsv4-e2e-10-layers"])
+                                 "h200-dsv4-e2e-10-layers", "h200-dsv4-e2e-mixed-per-request"])
 def test_a_committed_report_reprints_byte_for_byte_from_its_run(run: str, capsys: pytest.CaptureFixture[str]) -> None:
     """bench/results/*/report.txt is what the machine printed (ci/fork-gpu/e2e, speculative engine
     alone, the default seeds); the report read again from the committed files gives the same bytes."""
@@ -210,8 +210,23 @@ def median_step_ms(run: str, requests: int, depth: str) -> float:
 def test_the_deepseek_v4_runs_pass_and_torch_threads_were_what_slowed_two_requests() -> None:
     """The second and third DeepSeek-V4 runs pass the report; with torch's CPU threads at 1 the
     two-request step at depth 0 fell from ~92 ms to ~23 (the first run against the second)."""
-    for run in ("h200-dsv4-e2e-omp1", "h200-dsv4-e2e-10-layers"):
+    for run in ("h200-dsv4-e2e-omp1", "h200-dsv4-e2e-10-layers", "h200-dsv4-e2e-mixed-per-request"):
         assert e2e_decode.main([str(Path(e2e_decode.__file__).parent / "results" / run), "--spec-only"]) == 0
     before, after = median_step_ms("h200-dsv4-e2e", 2, "0"), median_step_ms("h200-dsv4-e2e-omp1", 2, "0")
     assert before > 3 * after
     assert f"step {before:.1f} ms against {after:.1f} at 1 thread" in launch.OMP_MEASURED  # --check-launch cites them
+
+
+def test_per_request_verify_depths_cut_the_mixed_step_and_keep_the_tokens() -> None:
+    """bench/results/h200-dsv4-e2e-mixed-per-request: in the mixed cells each request verifying its
+    own depth gave the same greedy tokens as every other policy, and the depth-2 step of phase 0/2
+    (0 + 2 drafts verified, the reasoning request's rows masked) cost what 4 tokens' experts cost,
+    not 6: at least a fifth less than today's 2 + 2, in each round."""
+    cells = json.loads((Path(e2e_decode.__file__).parent / "results/h200-dsv4-e2e-mixed-per-request/e2e-spec.json")
+                       .read_text())["cells"]
+    mixed = [c for c in cells if c["phase"] == "mixed"]
+    assert len({json.dumps(c["tokens"]) for c in mixed}) == 1
+    for round_ in (0, 1):
+        step = {c["policy"]: c["steps"]["2"]["median_ms"] for c in mixed if c["round"] == round_ and "2" in c["steps"]}
+        assert step["phase 0/2 per request"] < 0.8 * step["phase 0/2"]
+        assert step["phase 1/2 per request"] < step["phase 1/2"]
