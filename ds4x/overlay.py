@@ -15,7 +15,8 @@ from ds4x.errors import InputError
 CORE_INTO = "vllm/ds4x"
 """where the core's modules (ds4x/core beside the overlay folder) go in a target tree; its
 __init__.py stays behind: the overlay has vllm.ds4x's"""
-FORK_ONLY = frozenset({"measure_analysis.py", "moe_placement.py", "overlap_plan.py"})
+FORK_ONLY = frozenset({"measure.py", "measure_analysis.py", "measure_worker.py", "moe_placement.py", "overlap_plan.py",
+                       "typed_options.py"})
 """the core's modules that only the fork's runtime uses: the lvllmds4-x overlay carries them, the
 vllm-common overlay every other"""
 
