@@ -3,70 +3,19 @@
 """What the engine's resident-MoE placement reads, parsed as `plan` parses it: its variables, routing statistics and vLLM's settings.
 
 moe_residency (the hook, which knows vLLM and torch) asks this module; the tests ask it by name. vLLM's
-config is typed by the Protocols below: the few attributes read, as vLLM's VllmConfig has them.
+config is typed by config_views' Protocols: the few attributes read, as vLLM's VllmConfig has them.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Protocol
 
 from . import bounded
 from . import moe_placement as mp
+from .config_views import VllmConfigView
 
 
-class HfTextConfigView(Protocol):
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-class ModelConfigView(Protocol):
-    @property
-    def hf_text_config(self) -> HfTextConfigView: ...
-    @property
-    def max_model_len(self) -> int: ...
-
-
-class DraftModelConfigView(Protocol):
-    @property
-    def hf_config(self) -> object:
-        """the draft model's config: n_mtp_layers or num_nextn_predict_layers, where it has them"""
-
-
-class SpeculativeConfigView(Protocol):
-    @property
-    def draft_model_config(self) -> DraftModelConfigView | None: ...
-    @property
-    def num_speculative_tokens(self) -> int: ...
-
-
-class CacheConfigView(Protocol):
-    @property
-    def gpu_memory_utilization(self) -> float: ...
-    @property
-    def cache_dtype(self) -> str: ...
-
-
-class ParallelConfigView(Protocol):
-    @property
-    def tensor_parallel_size(self) -> int: ...
-    @property
-    def pipeline_parallel_size(self) -> int: ...
-
-
-class EngineConfigView(Protocol):
-    """vllm.config.VllmConfig, as the placement reads it."""
-
-    @property
-    def model_config(self) -> ModelConfigView: ...
-    @property
-    def speculative_config(self) -> SpeculativeConfigView | None: ...
-    @property
-    def cache_config(self) -> CacheConfigView: ...
-    @property
-    def parallel_config(self) -> ParallelConfigView: ...
-
-
-def draft_layers(vllm_config: EngineConfigView) -> int:
+def draft_layers(vllm_config: VllmConfigView) -> int:
     """The draft model's layers (MTP or DSpark), 0 without one."""
     spec = vllm_config.speculative_config
     if spec is None or spec.draft_model_config is None:
@@ -98,7 +47,7 @@ def routing_stats(shape: mp.ModelShape) -> dict[int, list[float]] | None:
         raise mp.PlacementError(f"{mp.ROUTING_ENV}={path!r}: {e}") from e
 
 
-def engine_budget(vllm_config: EngineConfigView, gpu_bytes: int,
+def engine_budget(vllm_config: VllmConfigView, gpu_bytes: int,
                   draft_resident: bool) -> tuple[mp.ModelShape, mp.Budget]:
     """The model's shape and GPU budget from the engine's own settings: the
     inputs `plan` takes as options, into the same function."""

@@ -8,14 +8,8 @@ memory, the process's state and the log.
 """
 
 from vllm.ds4x import moe_placement as mp
-from vllm.ds4x.moe_engine_inputs import (
-    EngineConfigView,
-    engine_budget,
-    prefetch_window,
-    prefill_min_batch,
-    read_env,
-    routing_stats,
-)
+from vllm.ds4x.config_views import VllmConfigView
+from vllm.ds4x.moe_engine_inputs import engine_budget, prefetch_window, prefill_min_batch, read_env, routing_stats
 from vllm.logger import init_logger
 
 logger = init_logger(__name__)
@@ -24,7 +18,7 @@ _placement: mp.Placement | None = None
 _planned: tuple[int, str] | None = None  # (bytes of weights planned on this GPU, summary)
 
 
-def decide(vllm_config: EngineConfigView, selection: mp.Selection, draft_resident: bool) -> mp.Placement:
+def decide(vllm_config: VllmConfigView, selection: mp.Selection, draft_resident: bool) -> mp.Placement:
     """Size the budget from this GPU, place, explain."""
     import torch
 
