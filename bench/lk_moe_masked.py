@@ -137,10 +137,11 @@ def distinct(batch: Batch) -> int:
 
 
 def measure_module() -> ModuleType:
+    """ds4x.core's measure, found through the checkout root (lk_moe's Python has no ds4x installed)."""
     sys.path.insert(0, str(ROOT))
-    from ds4x.overlay import load_module
+    from ds4x.core import measure
 
-    return load_module("lvllmds4-x/vllm/ds4x/measure.py")
+    return measure
 
 
 def layer_spec(fmt: str, small: bool) -> dict[str, Any]:
@@ -196,9 +197,11 @@ class Caller:
 
 
 def engine(fmt: str, small: bool, seed: int) -> tuple[Caller, dict[str, Any], np.random.Generator]:
-    measure = measure_module()
+    measure_module()  # the checkout root on the path
+    from ds4x.core import measure_worker
+
     spec = layer_spec(fmt, small)
-    moe, arrays = measure._layer(spec)
+    moe, arrays = measure_worker._layer(spec)
     del arrays  # lk_moe holds its own copy
     rng = np.random.default_rng(seed)
     values = rng.standard_normal((spec["max_tokens"], spec["hidden"]), np.float32)

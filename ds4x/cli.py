@@ -250,8 +250,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from ds4x import plan
+    from ds4x.planned import PlanCommand
 
-    return plan.main(args)
+    return plan.main(PlanCommand.of(vars(args)))
 
 
 Adder = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]

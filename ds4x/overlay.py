@@ -8,14 +8,14 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from ds4x.checkout import HOME
 from ds4x.digest import sha256_file
 from ds4x.errors import InputError
 
 CORE_INTO = "vllm/ds4x"
 """where the core's modules (ds4x/core beside the overlay folder) go in a target tree; its
 __init__.py stays behind: the overlay has vllm.ds4x's"""
-FORK_ONLY = frozenset({"measure_analysis.py", "moe_placement.py", "overlap_plan.py", "verify_rows.py"})
+FORK_ONLY = frozenset({"measure.py", "measure_analysis.py", "measure_worker.py", "moe_engine_inputs.py",
+                       "moe_placement.py", "overlap_plan.py", "typed_options.py", "verify_rows.py"})
 """the core's modules that only the fork's runtime uses: the lvllmds4-x overlay carries them, the
 vllm-common overlay every other"""
 
@@ -67,32 +67,3 @@ def load_file(name: str, path: Path) -> ModuleType:
     sys.modules[name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
     return module
-
-
-PACKAGE = "ds4x_overlay"
-
-
-def load_module(relative: str) -> ModuleType:
-    """One of our pure-Python overlay modules, straight from its file, so the
-    tool (plan) and the tests run the very code the wheels ship. It is loaded
-    into a package spanning every overlay's vllm/ds4x folder, as `vllm.ds4x` is
-    in a built tree, so that its relative imports resolve. They come from the
-    checkout this package runs from (`plan` refuses --pins naming another)."""
-    overlays = HOME.layout.overlays
-    path = overlays / relative
-    if not path.is_file():
-        raise InputError(f"overlay module {relative} not found under {overlays}")
-    overlay_package()
-    return importlib.import_module(f"{PACKAGE}.{path.stem}")
-
-
-def overlay_package() -> ModuleType:
-    """The package load_module loads into: every overlay's vllm/ds4x folder and the core, as
-    `vllm.ds4x` is in a built tree (made on first use)."""
-    if PACKAGE not in sys.modules:
-        overlays = HOME.layout.overlays
-        package = ModuleType(PACKAGE)
-        package.__path__ = [str(folder) for folder in sorted(overlays.glob("*/vllm/ds4x"))] + [
-            str(overlays.parent / "ds4x" / "core")]
-        sys.modules[PACKAGE] = package
-    return sys.modules[PACKAGE]

@@ -15,18 +15,16 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from ds4x import inputs, launch, launch_args, launch_write
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
-from ds4x.core import bounded, out_paths
+from ds4x.core import bounded, measure, out_paths
 from ds4x.core import depth_sim as sim
 from ds4x.core import measure_analysis as analysis
 from ds4x.core import moe_placement as mp
 from ds4x.errors import Ds4xError, InputError
-from ds4x.overlay import load_module
-from ds4x.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanRequest
+from ds4x.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanCommand, PlanRequest
 from ds4x.scratch import atomic_path
 
 EXAMPLE = HOME.examples / EXAMPLE_CONFIG
@@ -34,10 +32,6 @@ _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)?", re.I)
 MAX_SIZE = 2**50  # 1 PiB: above any GPU or RAM bandwidth a plan is for
 DSPARK_LAYERS = 3  # the draft layers DSpark ships with DeepSeek-V4-Flash (the README's configuration)
 _UNITS = {None: 1024**3, "gib": 1024**3, "gb": 10**9, "mib": 1024**2, "mb": 10**6}
-
-
-def measure_module() -> ModuleType:
-    return load_module("lvllmds4-x/vllm/ds4x/measure.py")
 
 
 KV_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "fp8_e5m2", "auto", "bf16", "bfloat16")
@@ -87,7 +81,7 @@ def fraction(text: str) -> float:
 
 def milliseconds(text: str) -> float:
     """A duration in ms, 0 up to measure's bound on a step (--overlap-outside-ms)."""
-    value, most = _float(text), measure_module().MAX_GPU_MS
+    value, most = _float(text), measure.MAX_GPU_MS
     if value is None or not 0 <= value <= most:
         raise argparse.ArgumentTypeError(f"{_shown(text)}: expected ms in 0..{most}, e.g. 0.57")
     return value
@@ -121,7 +115,7 @@ def _check_launch_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    most_k, most_seqs = measure_module().MAX_K, measure_module().MAX_SEQS  # measure's bounds, for plan's options too
+    most_k, most_seqs = measure.MAX_K, measure.MAX_SEQS  # measure's bounds, for plan's options too
     p.add_argument("--config", type=Path, default=EXAMPLE, help="model config.json (default: DeepSeek-V4-Flash example)")
     p.add_argument("--gpu-mem", type=size, default=size("32GiB"), help="memory of one GPU (default: 32GiB, RTX 5090)")
     p.add_argument("--gpu-memory-utilization", type=fraction, default=0.92, help="vLLM's setting (default: 0.92)")
@@ -150,7 +144,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "policy, a step-cost profile for the adaptive policy (options below)")
     group = p.add_argument_group("--measure")
     outside = sim.OUTSIDE_MS
-    measure_module().add_arguments(group, shared=False)
+    measure.add_arguments(group, shared=False)
     group.add_argument("--overlap", choices=("off", "ubatch"), default="off",
                        help="also predict tok/s at --max-num-seqs with LVLLM_MOE_OVERLAP=ubatch (two micro-batches) "
                             "against off (default: off, no overlap lines)")
@@ -164,11 +158,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _load_json(path: Path, what: str) -> dict[str, Any]:
-    """The overlay's reader (size cap, UTF-8, finite numbers, an object), as the fork's measure uses it."""
-    module = measure_module()
+    """measure's reader (size cap, UTF-8, finite numbers, an object), as the fork's measure uses it."""
     try:
-        return dict(module.read_json(path, what))
-    except module.MeasureError as e:
+        return measure.read_json(path, what)
+    except measure.MeasureError as e:
         raise InputError(str(e)) from None
 
 
@@ -272,24 +265,23 @@ def save_png(fig: Any, path: Path) -> None:
         fig.savefig(part, dpi=120, format="png")
 
 
-def measure(args: argparse.Namespace) -> int:
-    if args.json:
+def measure_curve(command: PlanCommand, request: measure.MeasureRequest) -> int:
+    """--measure: measure's run (with plan's way to a Python with lk_moe), then --overlap's lines."""
+    if command.json:
         raise InputError("--json does not apply to --measure", "read the profile it writes (--profile-out), JSON")
-    args.find_python = _find_python  # measure calls it when --python was not given, after checking every input
-    module = measure_module()
     try:
-        done = int(module.main(args))
-    except module.MeasureError as e:
+        done = measure.run(request, find_python=_find_python)  # called when --python was not given
+    except measure.MeasureError as e:
         raise Ds4xError(str(e), exit_code=e.exit_code) from None
-    if not done and args.overlap != "off":
-        overlap = sim.Overlap(mode=args.overlap, outside_ms=args.overlap_outside_ms, ubatch_gpu=args.ubatch_gpu)
-        profile = json.loads(args.profile_out.read_text(encoding="utf-8"))
-        print("\n" + "\n".join(overlap_lines(profile, overlap, gpu_ms=args.gpu_ms, max_num_seqs=args.max_num_seqs,
-                                             k_max=args.num_speculative_tokens, acceptance=args.acceptance)))
+    if not done and command.overlap.mode != "off":
+        profile = json.loads(request.profile_out.read_text(encoding="utf-8"))
+        print("\n" + "\n".join(overlap_lines(profile, command.overlap, gpu_ms=request.gpu_ms,
+                                             max_num_seqs=request.max_num_seqs,
+                                             k_max=request.num_speculative_tokens, acceptance=request.acceptance)))
     return done
 
 
-def overlap_lines(profile: dict[str, Any], overlap: sim.Overlap, *, gpu_ms: list[float], max_num_seqs: int,
+def overlap_lines(profile: dict[str, Any], overlap: sim.Overlap, *, gpu_ms: Sequence[float], max_num_seqs: int,
                   k_max: int, acceptance: Sequence[float]) -> list[str]:
     """depth_sim's overlap prediction at --max-num-seqs on the curve measure just
     wrote, with measure's own --gpu-ms, --acceptance, tokens and seeds (so the off
@@ -329,38 +321,48 @@ def _check_files(config: Path | None, routing_stats: Path | None) -> None:
             raise InputError(f"{option} {path}: not a regular file (a pipe or a device)", "give the JSON file")
 
 
-def main(args: argparse.Namespace) -> int:
-    _check_files(args.config, args.routing_stats)
-    if args.check_launch:
-        return check_launch(args)
-    given = [name for name in ("write", "profile", "cores") if getattr(args, name)]
+def main(command: PlanCommand) -> int:
+    """The plan (or --check-launch, or --measure) the command asks for; printed, and written where it says."""
+    request = command.request
+    _check_files(request.config, request.routing_stats)
+    if command.check_launch:
+        return check_launch(command, command.check_launch)
+    given = [name for name in ("write", "profile", "cores") if getattr(command, name)]
     if given:
         raise InputError(f"--{given[0]} applies to --check-launch only", "add --check-launch SCRIPT, or leave it out")
-    _check_outputs(args, {"--launch": args.launch, "--plot": args.plot,
-                          "--profile-out": args.profile_out if args.measure else None})
+    measuring = command.measure
+    _check_outputs(command, {"--launch": command.launch, "--plot": command.plot,
+                             "--profile-out": measuring.profile_out if measuring else None})
     profile = None
-    if args.measure:
-        done = measure(args)
-        if done or not args.launch:
+    if measuring:
+        done = measure_curve(command, measuring)
+        if done or not command.launch:
             return done
-        profile = json.loads(args.profile_out.read_text(encoding="utf-8"))
-    request = PlanRequest.of(vars(args))
+        profile = json.loads(measuring.profile_out.read_text(encoding="utf-8"))
     result = compute(request)
+    print(json.dumps(plan_json(request, result), indent=2, allow_nan=False) if command.json else table(request, result))
+    if command.plot:
+        plot(command.plot, result.ceiling, len(result.choice.layers))
+        print(f"plot: {command.plot}")
+    _refuse_what_does_not_fit(result.budget)
+    if command.launch:
+        write_launch(command, command.launch, result, profile)
+    return 0
+
+
+def plan_json(request: PlanRequest, result: Plan) -> dict[str, Any]:
+    """--json: the budget, the resident layers and the ceilings (null where unbounded)."""
     plan, choice = result.budget, result.choice
-    if args.json:
-        print(json.dumps({"usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
-                          "reserve": plan.reserve, "draft_layers": plan.draft_layers,
-                          "for_resident_layers": plan.for_resident_layers, "fits": plan.for_resident_layers >= 0,
-                          "resident": list(choice.layers), "ceiling_all_cpu": _finite(result.ceiling[0]),
-                          "ceiling_resident": _finite(result.ceiling[len(choice.layers)]),
-                          "acceptance": dict(zip(("reasoning", "answer"), args.acceptance)),
-                          "ceiling_resident_at_acceptance": {k: _finite(v) for k, v in result.by_phase.items()}},
-                         indent=2, allow_nan=False))
-    else:
-        print(table(request, result))
-    if args.plot:
-        plot(args.plot, result.ceiling, len(choice.layers))
-        print(f"plot: {args.plot}")
+    return {"usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
+            "reserve": plan.reserve, "draft_layers": plan.draft_layers,
+            "for_resident_layers": plan.for_resident_layers, "fits": plan.for_resident_layers >= 0,
+            "resident": list(choice.layers), "ceiling_all_cpu": _finite(result.ceiling[0]),
+            "ceiling_resident": _finite(result.ceiling[len(choice.layers)]),
+            "acceptance": dict(zip(("reasoning", "answer"), request.acceptance)),
+            "ceiling_resident_at_acceptance": {k: _finite(v) for k, v in result.by_phase.items()}}
+
+
+def _refuse_what_does_not_fit(plan: mp.Budget) -> None:
     if plan.for_resident_layers < 0:
         gib = mp.GIB
         need = plan.usable - plan.for_resident_layers
@@ -369,53 +371,56 @@ def main(args: argparse.Namespace) -> int:
             f"{plan.usable / gib:.2f} GiB usable on the GPU",
             "lower --max-model-len, use --cpu-draft-layers, raise --tp, or a larger GPU",
         )
-    if args.launch:
-        env, options = launch.lines(request, result, profile)
-        with atomic_path(args.launch) as part:
-            part.write_text(launch.script(str(args.model or args.config.parent), env, options), encoding="utf-8")
-            part.chmod(0o755)
-        print(f"launch script: {args.launch} (check an edited one with --check-launch)")
-    return 0
 
 
-def check_launch(args: argparse.Namespace) -> int:
+def write_launch(command: PlanCommand, path: Path, result: Plan, profile: dict[str, Any] | None) -> None:
+    """--launch: the serving script of the plan (with --measure's profile), written atomically and executable."""
+    request = command.request
+    env, options = launch.lines(request, result, profile)
+    with atomic_path(path) as part:
+        part.write_text(launch.script(str(command.model or request.config.parent), env, options), encoding="utf-8")
+        part.chmod(0o755)
+    print(f"launch script: {path} (check an edited one with --check-launch)")
+
+
+def check_launch(command: PlanCommand, script_path: Path) -> int:
     """Every disagreement between a serving script and the plan at its settings; 1 on an error."""
-    _check_outputs(args, {"--write": args.write})
-    script = launch.read(args.check_launch)
-    profile = (_load_json(args.profile, "--profile"), args.profile) if args.profile else None
-    found = launch.check(script, PlanRequest.of(vars(args)), compute, profile, args.cores)
-    cores = f"{args.cores} cores (--cores)" if args.cores else f"{os.cpu_count() or 1} cores (this machine)"
-    print(f"checked for: {cores}, a GPU of {args.gpu_mem / 2**30:.2f} GiB (--gpu-mem)")
+    _check_outputs(command, {"--write": command.write})
+    script = launch.read(script_path)
+    profile = (_load_json(command.profile, "--profile"), command.profile) if command.profile else None
+    found = launch.check(script, command.request, compute, profile, command.cores)
+    cores = f"{command.cores} cores (--cores)" if command.cores else f"{os.cpu_count() or 1} cores (this machine)"
+    print(f"checked for: {cores}, a GPU of {command.request.gpu_mem / 2**30:.2f} GiB (--gpu-mem)")
     for line in found.warnings:
         print(f"warning: {line}")
     for line in found.errors:
         print(f"error: {line}")
-    print(f"{args.check_launch}: {len(found.errors)} error(s), {len(found.warnings)} warning(s)")
-    if args.write:
-        return write_fixed(args, script, found, profile)
+    print(f"{script_path}: {len(found.errors)} error(s), {len(found.warnings)} warning(s)")
+    if command.write:
+        return write_fixed(command, script_path, command.write, script, found, profile)
     return 1 if found.errors else 0
 
 
-def _check_outputs(args: argparse.Namespace, outputs: dict[str, Path | None]) -> None:
+def _check_outputs(command: PlanCommand, outputs: dict[str, Path | None]) -> None:
     """Every output checked before the work that fills it: none is an input, none written over without --force."""
-    given = {"--config": args.config, "--routing-stats": args.routing_stats, "--profile": args.profile,
-             "--check-launch": args.check_launch}
-    why = out_paths.refusal(outputs, given, args.force)
+    given = {"--config": command.request.config, "--routing-stats": command.request.routing_stats,
+             "--profile": command.profile, "--check-launch": command.check_launch}
+    why = out_paths.refusal(outputs, given, command.force)
     if why:
         raise InputError(why)
 
 
-def write_fixed(args: argparse.Namespace, script: launch_args.Launch, found: launch.Findings,
-                profile: tuple[dict[str, Any], Path] | None) -> int:
+def write_fixed(command: PlanCommand, script_path: Path, out: Path, script: launch_args.Launch,
+                found: launch.Findings, profile: tuple[dict[str, Any], Path] | None) -> int:
     """--write: the script with the check's fixes, written only if it then passes with 0 errors."""
     text = launch_write.written(script, found.fixes)
-    again = launch.check(launch_args.read(text), PlanRequest.of(vars(args)), compute, profile, args.cores)
+    again = launch.check(launch_args.read(text), command.request, compute, profile, command.cores)
     if again.errors:
-        raise Ds4xError(f"--write {args.write}: not written, {len(again.errors)} error(s) it cannot fix: "
+        raise Ds4xError(f"--write {out}: not written, {len(again.errors)} error(s) it cannot fix: "
                         f"{again.errors[0]}", "change those settings by hand (or the plan options), then check again")
-    with atomic_path(args.write) as part:
+    with atomic_path(out) as part:
         part.write_text(text, encoding="utf-8")
-        part.chmod(args.check_launch.stat().st_mode & 0o777)
-    print(f"wrote {args.write}: {len(found.fixes)} change(s), each under a comment saying why; "
+        part.chmod(script_path.stat().st_mode & 0o777)
+    print(f"wrote {out}: {len(found.fixes)} change(s), each under a comment saying why; "
           f"it passes --check-launch with 0 errors, {len(again.warnings)} warning(s)")
     return 0

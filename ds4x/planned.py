@@ -1,4 +1,4 @@
-"""What `plan` computes from and what it finds, typed: the request (its options) and the plan."""
+"""What `plan` is asked and what it finds, typed: the command, the request the plan is computed from, and the plan."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ds4x.core import depth_sim as sim
 from ds4x.core import moe_placement as mp
+from ds4x.core.measure import MeasureRequest
+from ds4x.core.typed_options import request_of
 
 MAX_MODEL_LEN = 2**24  # 16M tokens: far above the model's 1M context, low enough that the KV arithmetic stays quick
 MAX_PARALLEL = 64  # tensor- and pipeline-parallel sizes, draft layers: above any one host
@@ -38,8 +41,38 @@ class PlanRequest:
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> PlanRequest:
         """The request the parsed command line's options hold (every field is an option of plan's)."""
-        values = {f.name: options[f.name] for f in fields(cls)}
-        return cls(**{**values, "acceptance": tuple(values["acceptance"])})
+        return request_of(cls, options)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanCommand:
+    """Everything one `plan` is asked (cli.py builds it from the parsed options): the request, what to
+    print or write, and the --check-launch or --measure that replaces the plan's own output."""
+
+    request: PlanRequest
+    json: bool
+    plot: Path | None
+    launch: Path | None
+    model: str | None
+    force: bool
+    check_launch: Path | None
+    write: Path | None
+    profile: Path | None
+    cores: int | None
+    measure: MeasureRequest | None
+    """--measure's request; None without --measure"""
+    overlap: sim.Overlap
+    """--measure --overlap: its mode ("off": no overlap lines), the part outside it, a micro-batch's GPU share"""
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> PlanCommand:
+        """The command the parsed command line's options hold."""
+        built = ("request", "measure", "overlap")
+        given = {field.name: options[field.name] for field in fields(cls) if field.name not in built}
+        overlap = sim.Overlap(mode=options["overlap"], outside_ms=options["overlap_outside_ms"],
+                              ubatch_gpu=options["ubatch_gpu"])
+        return cls(request=PlanRequest.of(options), overlap=overlap,
+                   measure=MeasureRequest.of(options) if options["measure"] else None, **given)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,12 +12,10 @@ with full CUDA graphs on a GPU, where nothing here tests it. Until that composit
 measured, the engine refuses the pair, naming both options and the fix (docs/upstream.md).
 """
 
-from typing import Any
-
 from .draft_depth import DraftDepthError
 
 
-def refuse_with_adaptive_verification(spec: Any) -> None:
+def refuse_with_adaptive_verification(spec: object) -> None:
     """A speculative config with both ``draft_depth`` and ``enable_adaptive_verification``: one error
     naming both and the fix. A vLLM without adaptive verification (the fork) passes."""
     if getattr(spec, "draft_depth", None) is None or not getattr(spec, "enable_adaptive_verification", False):

@@ -18,7 +18,7 @@ from bench import depth_sim as bench_sim
 from ds4x.cli import main
 from ds4x.core import depth_mixed as mixed
 from ds4x.core import depth_sim as sim
-from ds4x.plan import measure_module
+from ds4x.core import measure
 
 K = 2
 CURVE = {1: 1.0, 2: 2.0, 3: 3.0, 4: 3.6, 6: 5.0}  # ms a layer call by tokens
@@ -164,7 +164,7 @@ def timed(spec: dict[str, Any], threads: list[int], *_: object) -> list[dict[str
 def test_plan_measure_prints_the_mixed_case_from_two_requests(seqs: int, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    module = measure_module()
+    module = measure
     monkeypatch.setattr(module, "run_workers", timed)
     monkeypatch.setattr(module, "check_python", lambda python: None)
     (tmp_path / "c.json").write_text(json.dumps(SMALL))

@@ -4,9 +4,7 @@ model that does not fit with exit 1 and the numbers; --json is strict JSON."""
 from __future__ import annotations
 
 import json
-import logging
 import os
-import sys
 import types
 from pathlib import Path
 from typing import Any
@@ -14,6 +12,8 @@ from typing import Any
 import pytest
 
 from ds4x.cli import main
+from ds4x.core import moe_engine_inputs as residency
+from ds4x.core import moe_placement as mp
 from ds4x.plan import EXAMPLE
 
 LONG = "9" * 5000
@@ -117,17 +117,6 @@ def test_json_is_strict_when_nothing_is_left_on_the_cpu(capsys: pytest.CaptureFi
     assert "no RAM-bandwidth bound: no MoE layer is left on the CPU" in out
 
 
-def residency_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    """The engine's moe_residency, with the overlay package and a logger standing in for vllm.ds4x and vllm.logger."""
-    from ds4x.overlay import load_module, overlay_package
-    logger_module = types.ModuleType("vllm.logger")
-    logger_module.init_logger = logging.getLogger  # type: ignore[attr-defined]
-    for name, module in (("vllm", types.ModuleType("vllm")), ("vllm.ds4x", overlay_package()),
-                         ("vllm.logger", logger_module)):
-        monkeypatch.setitem(sys.modules, name, module)
-    return load_module("lvllmds4-x/vllm/ds4x/moe_residency.py")
-
-
 ROUTING_CASES = [
     ("[1, 2]", "a JSON list, not an object"),
     ('{"x": [1]}', "layer 'x': not one of the model's 43 MoE layers (0..42)"),
@@ -157,8 +146,6 @@ def test_bad_routing_stats_name_their_file(capsys: pytest.CaptureFixture[str], t
 @pytest.mark.parametrize(("stats", "message"), ROUTING_CASES)
 def test_the_engine_refuses_what_plan_refuses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, stats: str,
                                               message: str) -> None:
-    residency = residency_module(monkeypatch)
-    mp = residency.mp
     path = tmp_path / "routing.json"
     path.write_text(stats)
     monkeypatch.setenv(mp.ROUTING_ENV, str(path))
@@ -169,8 +156,6 @@ def test_the_engine_refuses_what_plan_refuses(monkeypatch: pytest.MonkeyPatch, t
 
 def test_the_engine_refuses_a_pipe_for_routing_stats(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Refused by its kind before it is opened: a read would hold the engine's start-up."""
-    residency = residency_module(monkeypatch)
-    mp = residency.mp
     path = tmp_path / "routing.json"
     os.mkfifo(path)
     monkeypatch.setenv(mp.ROUTING_ENV, str(path))
@@ -179,24 +164,20 @@ def test_the_engine_refuses_a_pipe_for_routing_stats(monkeypatch: pytest.MonkeyP
 
 
 def test_the_engine_reads_good_routing_stats(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    residency = residency_module(monkeypatch)
-    mp = residency.mp
     path = tmp_path / "routing.json"
     path.write_text(json.dumps({"3": list(range(256))}))
     monkeypatch.setenv(mp.ROUTING_ENV, str(path))
     assert residency.routing_stats(mp.model_shape(example())) == {3: [float(c) for c in range(256)]}
 
 
-def test_plan_and_the_engines_auto_call_one_budget(capsys: pytest.CaptureFixture[str],
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_and_the_engines_auto_call_one_budget(capsys: pytest.CaptureFixture[str]) -> None:
     """`plan` at the user's settings (1M context, 0.92, two sequences, DSpark's 3 draft
-    layers) and the engine's `auto` (moe_residency.engine_budget, fed a vLLM config of the
-    same settings) give the same budget: the KV pool holds max_model_len once, and two
-    resident layers fit in 32 GB, as the user runs it."""
+    layers) and the engine's `auto` (moe_engine_inputs.engine_budget, which moe_residency calls,
+    fed a vLLM config of the same settings) give the same budget: the KV pool holds max_model_len
+    once, and two resident layers fit in 32 GB, as the user runs it."""
     assert main(["plan", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     assert plan["resident"] == [0, 1]
-    residency = residency_module(monkeypatch)
     ns = types.SimpleNamespace
     vllm_config = ns(
         model_config=ns(hf_text_config=ns(to_dict=example), max_model_len=1048576),

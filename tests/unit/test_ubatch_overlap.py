@@ -1,8 +1,9 @@
 """Two micro-batches' attention metadata (#20 item 2) are views of the step's own buffers,
 so a FULL decode graph captured with them reads the values written before each replay.
 
-The module under test is the fork overlay itself, loaded from its file; its metadata class
-stand-in has CommonAttentionMetadata's fields (vllm/v1/attention/backend.py at the pin)."""
+The module under test is the fork overlay itself, loaded from its file (it imports torch, so it is
+not in ds4x.core); its metadata class stand-in has CommonAttentionMetadata's fields
+(vllm/v1/attention/backend.py at the pin)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="ci/test installs torch; the views are torch tensors")
 
 from ds4x.core import overlap_plan as op  # noqa: E402
-from ds4x.overlay import load_module  # noqa: E402
+from tests.scripts import load_overlay_module  # noqa: E402
 
-ub = load_module("lvllmds4-x/vllm/ds4x/ubatch_overlap.py")
+ub = load_overlay_module("lvllmds4-x/vllm/ds4x/ubatch_overlap.py")
 
 
 def halves(num_reqs: int, q: int) -> tuple[op.MicroBatch, op.MicroBatch]:

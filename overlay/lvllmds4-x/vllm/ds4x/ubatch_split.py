@@ -24,11 +24,12 @@ before. lk_moe's side (cpu_decode on the side stream, the yield) is moe_overlap.
 import copy
 import dataclasses
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from vllm import forward_context
 from vllm.ds4x import moe_overlap, overlap_plan, ubatch_overlap
+from vllm.ds4x.config_views import VllmConfigView
 from vllm.logger import init_logger
 
 logger = init_logger(__name__)
@@ -36,6 +37,19 @@ logger = init_logger(__name__)
 TOKEN_OFFSET = moe_overlap.TOKEN_OFFSET
 token_offset = moe_overlap.token_offset  # the patched DeepSeek-V4 model reads it here
 _query_start: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # device type -> (device, cpu) buffers
+
+
+class GraphDescriptorView(Protocol):
+    """vLLM's BatchExecutionDescriptor: the graph a step replays, as the split reads it."""
+
+    @property
+    def cg_mode(self) -> object: ...
+    @property
+    def uniform_token_count(self) -> int | None: ...
+    @property
+    def num_reqs(self) -> int | None: ...
+    @property
+    def num_tokens(self) -> int: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +70,7 @@ class SplitStep:
     slot_mappings: list[dict[str, torch.Tensor]]
 
 
-def wanted(vllm_config: Any) -> bool:
+def wanted(vllm_config: VllmConfigView) -> bool:
     """Whether this engine may split any graph: the level, v2, DP=PP=1, FULL graphs, two requests."""
     if moe_overlap.level() != "ubatch":
         return False
@@ -67,7 +81,7 @@ def wanted(vllm_config: Any) -> bool:
             and vllm_config.compilation_config.cudagraph_mode.has_full_cudagraphs())
 
 
-def parts_for(vllm_config: Any, desc: Any) -> tuple[Part, ...] | None:
+def parts_for(vllm_config: VllmConfigView, desc: GraphDescriptorView) -> tuple[Part, ...] | None:
     """The micro-batches of a graph descriptor (BatchExecutionDescriptor), or None."""
     from vllm.config.compilation import CUDAGraphMode
 
@@ -80,10 +94,12 @@ def parts_for(vllm_config: Any, desc: Any) -> tuple[Part, ...] | None:
                                    pipeline_parallel=p.pipeline_parallel_size, full_decode_graph=full,
                                    num_reqs=r or 0, query_len=q or 1)
     split = overlap_plan.plan_split(moe_overlap.level(), shape, moe_overlap.ubatch_tokens())
-    return None if split is None else tuple(Part(i, m, q) for i, m in enumerate(split))
+    if split is None or q is None:  # a split is of a full graph, whose q is set
+        return None
+    return tuple(Part(i, m, q) for i, m in enumerate(split))
 
 
-def micro_batch_config(vllm_config: Any) -> Any:
+def micro_batch_config(vllm_config: VllmConfigView) -> VllmConfigView:
     """A shallow copy of the engine's config whose scheduler budget is a decode
     graph's tokens (overlap_plan.micro_batch_token_budget): what the extra
     builders size their buffers by. Shared sub-configs stay shared."""
@@ -97,7 +113,7 @@ def micro_batch_config(vllm_config: Any) -> Any:
     return config
 
 
-def add_builders(group: Any, vllm_config: Any, device: torch.device, kernel_block_size: int | None) -> None:
+def add_builders(group: Any, vllm_config: VllmConfigView, device: torch.device, kernel_block_size: int | None) -> None:
     """Builders 1 and 2 of an attention group (the micro-batches'), after the
     fork made builder 0; they share builder 0's workspace (both micro-batches'
     attention runs on one stream, one after the other)."""
@@ -140,7 +156,7 @@ def _prepare_parts(parts: tuple[Part, ...], model_state: Any, *args: Any, **kwar
     return [model_state.prepare_attn(*args, micro_batch=part, **kwargs) for part in parts]
 
 
-def capture_split(vllm_config: Any, desc: Any, model_state: Any, input_buffers: Any, block_tables: Any,
+def capture_split(vllm_config: VllmConfigView, desc: GraphDescriptorView, model_state: Any, input_buffers: Any, block_tables: Any,
                   attn_groups: Any, kv_cache_config: Any) -> SplitStep | None:
     """Per-micro-batch metadata for a capture (a fresh set for the warm-up and
     for the captured pass, as the graph manager requires), made from the same
@@ -162,7 +178,7 @@ def capture_split(vllm_config: Any, desc: Any, model_state: Any, input_buffers: 
     return SplitStep(parts=parts, attn_metadata=attn, slot_mappings=per_part)
 
 
-def refresh(vllm_config: Any, desc: Any, model_state: Any, *args: Any) -> None:
+def refresh(vllm_config: VllmConfigView, desc: GraphDescriptorView, model_state: Any, *args: Any) -> None:
     """Before a split graph replays: the micro-batch builders rebuild from this
     step's batch (prepare_attn's arguments), writing their persistent buffers."""
     parts = parts_for(vllm_config, desc)

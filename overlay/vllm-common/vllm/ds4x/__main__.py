@@ -2,7 +2,7 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """`python -m vllm.ds4x`: print this build's ds4x provenance.
 `python -m vllm.ds4x measure ...`: this machine's lk_moe cost curve and draft-depth
-advice (Lvllmds4-x builds; see vllm/ds4x/measure.py)."""
+advice (Lvllmds4-x builds; see vllm/ds4x/measure.py, from ds4x/core)."""
 
 import json
 import sys
@@ -12,7 +12,7 @@ if sys.argv[1:2] == ["measure"]:
         from vllm.ds4x import measure
     except ImportError:
         sys.exit("error: measure needs the Lvllmds4-x build of ds4x (lk_moe is its CPU MoE engine)")
-    sys.exit(measure.cli(sys.argv[2:]))
+    sys.exit(measure.main(sys.argv[2:]))
 
 from vllm.ds4x.provenance import record
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from itertools import product
 from typing import Any, Generic, Protocol, TypeVar
 
+from vllm.ds4x.config_views import VllmConfigView
 from vllm.ds4x.draft_depth import configured_draft_depth
 from vllm.logger import init_logger
 
@@ -35,15 +36,16 @@ class Descriptor(Protocol):
 D = TypeVar("D", bound=Descriptor)
 
 
-def decode_query_lens(vllm_config: Any, decode_query_len: int) -> list[int] | None:
+def decode_query_lens(vllm_config: VllmConfigView, decode_query_len: int) -> list[int] | None:
     """Query lengths for the target's (and a drafter prefill's) decode graphs:
     ``decode_query_len - K_max + d`` for each verify depth d. None when that is
     ``decode_query_len`` alone: vLLM's own graphs, untouched."""
     spec = vllm_config.speculative_config
     k_max = spec.num_speculative_tokens if spec is not None else 0
-    if not k_max or not isinstance(getattr(spec, "draft_depth", None), Mapping):
+    raw = getattr(spec, "draft_depth", None)
+    if not k_max or not isinstance(raw, Mapping):
         return None  # none configured (or a stand-in config, as vLLM's own tests build: vLLM's graphs)
-    depths = configured_draft_depth(spec.draft_depth, k_max).verify_depths(k_max)
+    depths = configured_draft_depth(raw, k_max).verify_depths(k_max)
     if depths == (k_max,):
         return None
     if vllm_config.parallel_config.data_parallel_size > 1 or getattr(
@@ -117,7 +119,7 @@ class DecodeGraphs(Generic[D]):
         )
 
 
-def report_capture(manager: Any, count: int, seconds: float, graph_bytes: int, free_bytes: int,
+def report_capture(manager: object, count: int, seconds: float, graph_bytes: int, free_bytes: int,
                    total_bytes: int) -> None:
     """The capture log line, and a warning when the graphs left little room:
     model runner v2 sizes the KV cache before capturing, without reserving

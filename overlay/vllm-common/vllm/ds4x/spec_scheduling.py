@@ -15,8 +15,9 @@ import importlib.util
 import time
 from collections.abc import Iterable, Mapping
 from itertools import chain
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
+from vllm.ds4x.config_views import SpeculativeConfigView, VllmConfigView
 from vllm.ds4x.depth_estimates import StepCosts
 from vllm.ds4x.draft_depth import (
     DepthPolicy,
@@ -26,7 +27,7 @@ from vllm.ds4x.draft_depth import (
     RequestState,
     configured_draft_depth,
 )
-from vllm.ds4x.scheduler_seams import RequestView, RunnerOutputView, SchedulerOutputView
+from vllm.ds4x.scheduler_seams import RequestView, RunnerOutputView, SamplingParamsView, SchedulerOutputView
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
 from vllm.v1.request import RequestStatus
@@ -40,7 +41,7 @@ StepStats: TypeAlias = "SpecDecodingStats | None"
 THINKING = {"thinking": True, "enable_thinking": True}  # chat kwargs that turn a parser's markers on
 
 
-def phase_tracker(vllm_config: Any) -> PhaseTracker | None:
+def phase_tracker(vllm_config: VllmConfigView) -> PhaseTracker | None:
     """Markers from the configured reasoning parser, tokenized like the model's
     text: its start/end strings plus any implicit end markers (DeepSeek-V4's
     tool-call marker)."""
@@ -92,7 +93,7 @@ class DraftDepthScheduling:
         self._time_step = StepTimer(costs, policy.k_max).time if costs is not None else _untimed
 
     @classmethod
-    def create(cls, vllm_config: Any) -> "DraftDepthScheduling | None":
+    def create(cls, vllm_config: VllmConfigView) -> "DraftDepthScheduling | None":
         """None when there is nothing to do: no speculation, or the fixed policy
         without a reasoning parser (then vLLM runs exactly as it would)."""
         spec = vllm_config.speculative_config
@@ -396,7 +397,7 @@ class StepTimer:
             self.costs.observe(tokens, now - step_end, len(scheduled))  # one length: the total is the longest times the count
 
 
-def _check_per_request_verify(vllm_config: Any) -> None:
+def _check_per_request_verify(vllm_config: VllmConfigView) -> None:
     """verify "request" needs a model runner that masks the drafts past a request's
     own depth: the fork's v2 (vllm.ds4x.verify_mask); elsewhere, one start-up error."""
     if importlib.util.find_spec("vllm.ds4x.verify_mask") is None or not getattr(
@@ -407,7 +408,7 @@ def _check_per_request_verify(vllm_config: Any) -> None:
             'drop "verify" (or set "batch") to verify one depth per batch')
 
 
-def validate_request(params: Any, speculative_config: Any) -> None:
+def validate_request(params: SamplingParamsView, speculative_config: SpeculativeConfigView) -> None:
     """The front end's check of a client's own draft_depth: a 400 that names it,
     before any stream starts."""
     from vllm.ds4x.draft_depth import DraftDepthError, request_depth

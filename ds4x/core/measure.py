@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""This machine's CPU MoE cost curve, its thread check and draft-depth advice,
-before the first request: ``python -m vllm.ds4x measure`` (from a checkout:
-``python build.py plan --measure``), run on the machine that will serve.
+"""measure: this machine's CPU MoE cost curve, its thread check and draft-depth advice, before the first request.
+
+``python -m vllm.ds4x measure`` (from a checkout: ``python build.py plan --measure``), run on the machine that
+will serve.
 
 One routed-expert layer of the model's shape (config.json) in its expert format
 is built through lk_moe (MXFP4 for FP4 experts, as the fork builds them; BF16
@@ -24,32 +25,29 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-if __name__ != "__main__":  # the timing worker runs this file by path, outside the package, and parses nothing
-    from . import bounded, out_paths
-    from .measure_analysis import SPREAD_BOUND
+from . import bounded, out_paths
+from .measure_analysis import SPREAD_BOUND
+from .measure_worker import GROUP
+from .typed_options import request_of
 
 if TYPE_CHECKING:
     from .moe_placement import ModelShape
 
+WORKER = Path(__file__).with_name("measure_worker.py")
+"""the timing worker, run by path in the Python with lk_moe (beside this module in the core and in vllm/ds4x)"""
 FORMATS = {"fp4": "mxfp4", "bf16": "bf16"}  # expert dtype of the config -> lk_moe class
-GROUP = 32  # MXFP4: one e8m0 scale per 32 weights along K
-SCALE = 118  # e8m0 exponent of every block: small enough that random weights give finite outputs
 HELD = 2.2  # peak RAM per layer byte while lk_moe copies the weights in
-BATCHED_TOKENS = 8192  # the engine's max_num_batched_tokens, which sizes lk_moe's prefill groups
-MAX_JSON_BYTES = 16 * 2**20  # far above any config.json or routing statistics; /dev/zero is refused quickly
 MAX_K, MAX_SEQS = 16, 1024  # the token counts timed grow as their product
 MAX_BUDGET_S, MAX_GPU_MS = 86400, 60000  # a day of timing; a minute per step
 MAX_THREADS_PER_CORE = 8  # LK_THREADS above the core count is the trap measured; far above it, a typo
 MAX_THREADS = 4096  # the parse's bound; check() holds --threads to MAX_THREADS_PER_CORE x this machine's cores
-ROUNDS = 3  # the worker times every token count in turn this often; the rounds' medians are the repeats
 FIRST_SHARE, RETIMES = 0.5, 2  # the sweep's share of --budget; the rest times a noisy curve again, twice at most
 DEFAULT_GPU_MS = 28.5  # the GPU side of DeepSeek-V4-Flash's K=2 step on an RTX 5090 (153.5 - 125.0 ms reported)
 
@@ -63,152 +61,30 @@ class MeasureError(Exception):
         self.exit_code = exit_code
 
 
-# ---- the worker: one process per LK_THREADS value, lk_moe imported only here
+@dataclass(frozen=True, kw_only=True)
+class MeasureRequest:
+    """What to time and where to write it: measure's options (plan --measure's too), checked by check()."""
 
+    config: Path
+    max_num_seqs: int
+    plot: Path | None
+    force: bool
+    format: str
+    num_speculative_tokens: int
+    threads: tuple[int, ...] | None
+    budget: float
+    noise_bound: float
+    acceptance: tuple[float, ...]
+    """at depth K: reasoning, answer"""
+    gpu_ms: tuple[float, ...]
+    profile_out: Path
+    python: str | None
+    """None: run() asks its find_python once every input is checked (plan)"""
 
-def _layer(spec: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
-    """lk_moe's engine over one random layer, and the arrays it reads."""
-    import lk_moe
-    import numpy as np
-
-    experts, top_k, hidden, inter = spec["experts"], spec["top_k"], spec["hidden"], spec["inter"]
-    cfg = lk_moe.MOEConfigV2()  # the fields Lvllmds4-x's routed_experts.py sets, as it sets them
-    cfg.num_processes, cfg.process_id, cfg.gpu_id = 1, 0, 0
-    cfg.has_gate_proj = True
-    cfg.expert_num, cfg.top_k = experts, top_k
-    cfg.hidden_size, cfg.intermediate_size = hidden, inter
-    cfg.max_num_seqs = spec["max_tokens"]  # max_num_seqs x (1 + K), as the fork sizes it
-    cfg.max_batch_size = BATCHED_TOKENS
-    cfg.stride, cfg.group_min_len, cfg.group_max_len = 32, 10, min(4096, BATCHED_TOKENS) + 128
-    cfg.activation_type = 0  # silu
-    cfg.use_gpu_prefill = False
-    rng = np.random.default_rng(0)
-
-    def filled(shape: tuple[int, ...], one_expert: np.ndarray) -> np.ndarray:
-        """Every expert a copy of one random expert: each page is written (a
-        never-written page reads as zeros from no memory at all)."""
-        out = np.empty(shape, one_expert.dtype)
-        out[:] = one_expert
-        return out
-
-    if spec["format"] == "mxfp4":  # packed e2m1 pairs and e8m0 scales, as the fork passes them
-        cfg.groupN, cfg.groupK = 1, GROUP
-        w13 = filled((experts, 2 * inter, hidden // 2), rng.integers(0, 256, (2 * inter, hidden // 2), np.uint8))
-        w2 = filled((experts, hidden, inter // 2), rng.integers(0, 256, (hidden, inter // 2), np.uint8))
-        s13 = np.full((experts, 2 * inter, hidden // GROUP), SCALE, np.uint8)
-        s2 = np.full((experts, hidden, inter // GROUP), SCALE, np.uint8)
-        moe = lk_moe.MOE_MXFP4(cfg, w13.ctypes.data, w2.ctypes.data, s13.ctypes.data, s2.ctypes.data, 0, 0)
-        return moe, (w13, w2, s13, s2)
-
-    def bf16(shape: tuple[int, ...], scale: float) -> np.ndarray:
-        values = rng.standard_normal(shape, np.float32) * scale
-        return (values.view(np.uint32) >> 16).astype(np.uint16)  # bf16 bits
-
-    w13 = filled((experts, 2 * inter, hidden), bf16((2 * inter, hidden), hidden**-0.5))
-    w2 = filled((experts, hidden, inter), bf16((hidden, inter), inter**-0.5))
-    moe = lk_moe.MOE_BF16(cfg, w13.ctypes.data, w2.ctypes.data, 0, 0, 0, 0)
-    return moe, (w13, w2)
-
-
-def _caller(moe: Any, spec: dict[str, Any], tokens: int) -> tuple[str, Callable[[Any], None], Callable[[Any], Any]]:
-    """One layer call for `tokens` tokens routed by ids (int32 [tokens, top_k]):
-    cpu_decode on a CUDA stream with inputs on the GPU, as inside the engine's
-    graphs, when torch sees a GPU; cpu_prefill on host buffers otherwise."""
-    import numpy as np
-
-    hidden, top_k = spec["hidden"], spec["top_k"]
-    weights = np.full((tokens, top_k), 1 / top_k, np.float32)
-    try:
-        import torch
-
-        gpu = torch.cuda.is_available()
-    except ImportError:
-        gpu = False
-    if not gpu:
-        x = np.zeros((tokens, hidden), np.uint16)
-        out = np.empty((tokens, hidden), np.float32)
-
-        def prefill(ids: np.ndarray) -> None:
-            moe.cpu_prefill(tokens, top_k, ids.ctypes.data, weights.ctypes.data, x.ctypes.data, out.ctypes.data)
-
-        return "cpu_prefill", prefill, lambda ids: ids
-    x_gpu = torch.randn(tokens, hidden, device="cuda").bfloat16()
-    w_gpu = torch.from_numpy(weights).cuda()
-    out_gpu = torch.empty(spec["max_tokens"], hidden, device="cuda")
-    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call, unused-ignore]
-
-    def decode(ids_gpu: Any) -> None:
-        moe.cpu_decode(stream.cuda_stream, tokens, top_k, x_gpu.data_ptr(), ids_gpu.data_ptr(), w_gpu.data_ptr(),
-                       out_gpu.data_ptr())
-        stream.synchronize()
-
-    return "cpu_decode", decode, lambda ids: torch.from_numpy(ids).cuda()
-
-
-Timed = dict[int, tuple[list[list[float]], list[int]]]
-"""by token count: each round's seconds a call, and the distinct experts of every call's routing"""
-
-
-def _rounds(moe: Any, spec: dict[str, Any]) -> tuple[str, Timed]:
-    """Every token count timed in turn, ROUNDS times, each within its share of the
-    budget (at least 2 timed calls after one that warms up); the path timed. One
-    count's buffers at a time, as the engine holds them."""
-    import numpy as np
-
-    rng = np.random.default_rng(1)
-    experts, top_k, path = spec["experts"], spec["top_k"], ""
-    share = spec["budget_s"] / len(spec["tokens"]) / ROUNDS
-    timed: Timed = {tokens: ([], []) for tokens in spec["tokens"]}
-    for _ in range(ROUNDS):
-        for tokens in spec["tokens"]:
-            path, call, place = _caller(moe, spec, tokens)
-            samples: list[float] = []
-            end = time.perf_counter() + share
-            while len(samples) < 3 or (time.perf_counter() < end and len(samples) < 500 // ROUNDS):
-                ids = np.argsort(rng.random((tokens, experts)), axis=1)[:, :top_k].astype(np.int32)
-                routed = place(ids)
-                start = time.perf_counter()
-                call(routed)
-                samples.append(time.perf_counter() - start)
-                timed[tokens][1].append(len(np.unique(ids)))
-            timed[tokens][0].append(samples[1:])  # the first call after another token count warms up
-    return path, timed
-
-
-def worker(spec: dict[str, Any]) -> dict[str, Any]:
-    """Median ms per layer call for each token count, over ROUNDS in turn (so load
-    that comes and goes reaches every count), with each round's median (the repeats
-    measure's noise check reads) and mean distinct experts; with `bandwidth`, RAM
-    read bandwidth first."""
-    result: dict[str, Any] = {"threads": int(os.environ.get("LK_THREADS", "0"))}
-    if spec.get("bandwidth"):
-        result["ram_gbs"] = ram_read_gbs(spec["bandwidth"])
-    moe, arrays = _layer(spec)
-    del arrays  # lk_moe holds its own copy
-    path, timed = _rounds(moe, spec)
-    cases = [{"tokens": tokens, "ms": 1000 * statistics.median([s for one in rounds for s in one]),
-              "calls": sum(map(len, rounds)), "repeats": [1000 * statistics.median(one) for one in rounds],
-              "distinct": statistics.fmean(distinct)} for tokens, (rounds, distinct) in timed.items()]
-    return {**result, "path": path, "cases": cases}
-
-
-# ---- the driver
-
-
-def ram_read_gbs(nbytes: int = 1 << 30) -> float:
-    """RAM read bandwidth for reference: numpy sums over a buffer larger than
-    any cache, one slice per core in threads (numpy lets go of the GIL)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import numpy as np
-
-    data = np.ones(nbytes // 8, np.float64)
-    parts = np.array_split(data, os.cpu_count() or 1)
-    with ThreadPoolExecutor(len(parts)) as pool:
-        list(pool.map(np.sum, parts))  # warm
-        start = time.perf_counter()
-        list(pool.map(np.sum, parts))
-        return nbytes / (time.perf_counter() - start) / 1e9
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> MeasureRequest:
+        """The request the parsed command line's options hold."""
+        return request_of(cls, options)
 
 
 def available_ram() -> int | None:
@@ -259,7 +135,7 @@ def run_workers(spec: dict[str, Any], threads: list[int], budget_s: float, pytho
         job = {**spec, "budget_s": budget_s / len(threads), "bandwidth": 0 if runs else bandwidth_bytes}
         limit = job["budget_s"] + 600
         try:
-            done = subprocess.run([python, __file__, "--worker", json.dumps(job)], env=env, capture_output=True,
+            done = subprocess.run([python, str(WORKER), "--worker", json.dumps(job)], env=env, capture_output=True,
                                   text=True, timeout=limit)
         except subprocess.TimeoutExpired:
             raise MeasureError(f"lk_moe with LK_THREADS={count} did not finish in {limit:.0f} s", 1) from None
@@ -307,7 +183,7 @@ def plot(path: Path, runs: list[dict[str, Any]], moe_layers: int) -> None:
     fig.savefig(path, dpi=120)
 
 
-def add_arguments(p: argparse.ArgumentParser, shared: bool = True) -> None:
+def add_arguments(p: argparse._ActionsContainer, shared: bool = True) -> None:
     """shared: also --config, --max-num-seqs and --plot (plan has its own)."""
     if shared:
         p.add_argument("--config", type=Path, required=True, help="the model's config.json")
@@ -336,27 +212,15 @@ def add_arguments(p: argparse.ArgumentParser, shared: bool = True) -> None:
     p.add_argument("--python", default=sys.executable, help="the Python with lk_moe (default: this one)")
 
 
-def cli(argv: list[str]) -> int:
-    """`python -m vllm.ds4x measure ...`"""
-    parser = argparse.ArgumentParser(prog="python -m vllm.ds4x measure", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    try:
-        return main(parser.parse_args(argv))
-    except MeasureError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return e.exit_code
-
-
 def read_json(path: Path, what: str) -> dict[str, Any]:
     """A JSON object file (config.json, routing statistics) of at most
-    MAX_JSON_BYTES, in UTF-8, every number finite; `what` is the option."""
+    bounded.MAX_JSON_BYTES, in UTF-8, every number finite; `what` is the option."""
     where = f"{what} {path}"
     try:
         with path.open("rb") as f:
-            data = f.read(MAX_JSON_BYTES + 1)
-        if len(data) > MAX_JSON_BYTES:
-            raise MeasureError(f"{where}: larger than {MAX_JSON_BYTES >> 20} MiB; give the model's config.json")
+            data = f.read(bounded.MAX_JSON_BYTES + 1)
+        if len(data) > bounded.MAX_JSON_BYTES:
+            raise MeasureError(f"{where}: larger than {bounded.MAX_JSON_BYTES >> 20} MiB; give the model's config.json")
         found = bounded.loads(data.decode("utf-8"))
     except FileNotFoundError:
         raise MeasureError(f"{where}: not found") from None
@@ -381,55 +245,64 @@ def check_program(python: str, what: str = "--python") -> None:
         raise MeasureError(f"{what} {python}: {why}; give a Python 3.12 with lk-moe installed")
 
 
-def check(args: argparse.Namespace) -> None:
-    where = "measure"
-    if not (1 <= args.num_speculative_tokens <= MAX_K and 1 <= args.max_num_seqs <= MAX_SEQS):
+def check(request: MeasureRequest) -> None:
+    """Every input in its bounds, every output writable, before any work."""
+    _check_counts(request)
+    _check_outputs(request)
+    if request.python is not None:  # None: the caller finds one once every input is checked (plan: find_python)
+        check_program(request.python)
+
+
+def _check_counts(request: MeasureRequest) -> None:
+    where, k, gpu_ms, threads = "measure", request.num_speculative_tokens, request.gpu_ms, request.threads or ()
+    if not (1 <= k <= MAX_K and 1 <= request.max_num_seqs <= MAX_SEQS):
         raise MeasureError(f"{where}: -k must be in 1..{MAX_K}, --max-num-seqs in 1..{MAX_SEQS}")
-    if not 0 < args.budget <= MAX_BUDGET_S:  # NaN fails this too
-        raise MeasureError(f"{where}: --budget {args.budget}: give seconds in (0, {MAX_BUDGET_S}], e.g. 90")
-    if len(args.gpu_ms) not in (1, args.num_speculative_tokens + 1) or not all(0 <= ms <= MAX_GPU_MS for ms in args.gpu_ms):
-        raise MeasureError(f"{where}: --gpu-ms {' '.join(map(str, args.gpu_ms))[:60]}: one figure in 0..{MAX_GPU_MS} "
-                           f"ms, or one per depth 0..{args.num_speculative_tokens}")
+    if not 0 < request.budget <= MAX_BUDGET_S:  # NaN fails this too
+        raise MeasureError(f"{where}: --budget {request.budget}: give seconds in (0, {MAX_BUDGET_S}], e.g. 90")
+    if len(gpu_ms) not in (1, k + 1) or not all(0 <= ms <= MAX_GPU_MS for ms in gpu_ms):
+        raise MeasureError(f"{where}: --gpu-ms {' '.join(map(str, gpu_ms))[:60]}: one figure in 0..{MAX_GPU_MS} "
+                           f"ms, or one per depth 0..{k}")
     most = MAX_THREADS_PER_CORE * (os.cpu_count() or 1)
-    if any(not 1 <= t <= most for t in args.threads or ()) or len(args.threads or ()) > 64:
-        raise MeasureError(f"{where}: --threads {' '.join(map(str, args.threads))[:60]}: up to 64 values in 1..{most} "
+    if any(not 1 <= t <= most for t in threads) or len(threads) > 64:
+        raise MeasureError(f"{where}: --threads {' '.join(map(str, threads))[:60]}: up to 64 values in 1..{most} "
                            f"({MAX_THREADS_PER_CORE} x the {os.cpu_count()} cores here)")
-    if not all(0 < a < 1 for a in args.acceptance):
-        raise MeasureError(f"{where}: --acceptance {args.acceptance}: rates in (0, 1), e.g. 0.39 0.89")
-    if args.profile_out.is_dir():
-        raise MeasureError(f"{where}: --profile-out {args.profile_out} is a folder; give a file name, e.g. "
-                           f"{args.profile_out / 'ds4x-step-cost.json'}")
-    why = out_paths.refusal({"--profile-out": args.profile_out, "--plot": args.plot}, {"--config": args.config},
-                            args.force)
+    if not all(0 < a < 1 for a in request.acceptance):
+        raise MeasureError(f"{where}: --acceptance {list(request.acceptance)}: rates in (0, 1), e.g. 0.39 0.89")
+
+
+def _check_outputs(request: MeasureRequest) -> None:
+    where, out, plot_path = "measure", request.profile_out, request.plot
+    if out.is_dir():
+        raise MeasureError(f"{where}: --profile-out {out} is a folder; give a file name, e.g. "
+                           f"{out / 'ds4x-step-cost.json'}")
+    why = out_paths.refusal({"--profile-out": out, "--plot": plot_path}, {"--config": request.config}, request.force)
     if why:
         raise MeasureError(f"{where}: {why}")
-    if args.plot is not None:
-        if args.plot.suffix.lower() != ".png":
-            raise MeasureError(f"{where}: --plot {args.plot}: give a .png path")
+    if plot_path is not None:
+        if plot_path.suffix.lower() != ".png":
+            raise MeasureError(f"{where}: --plot {plot_path}: give a .png path")
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             raise MeasureError(f"{where}: --plot needs matplotlib: pip install matplotlib") from None
-    if args.python is not None:  # None: the caller finds one once every input is checked (plan: find_python)
-        check_program(args.python)
 
 
-def layer_to_time(args: argparse.Namespace) -> tuple[dict[str, Any], str, int, int]:
+def layer_to_time(request: MeasureRequest) -> tuple[dict[str, Any], str, int, int]:
     """The routed-expert layer of --config in its lk_moe format, refused before any
     allocation when it would not fit in RAM: (spec, format, MoE layers, bytes)."""
     from .moe_placement import PlacementError, model_shape
 
-    config = read_json(args.config, "--config")
+    config = read_json(request.config, "--config")
     try:
         shape = model_shape(config)
     except (KeyError, TypeError, PlacementError) as e:
-        raise MeasureError(f"--config {args.config}: {e}") from None
+        raise MeasureError(f"--config {request.config}: {e}") from None
     expert_dtype = str(config.get("expert_dtype", "fp4"))
-    fmt = FORMATS.get(expert_dtype) if args.format == "auto" else args.format
+    fmt = FORMATS.get(expert_dtype) if request.format == "auto" else request.format
     if fmt is None:
-        raise MeasureError(f"--config {args.config}: expert_dtype {expert_dtype!r} has no lk_moe measurement here; "
-                           f"pass --format mxfp4 or bf16")
-    spec = layer_spec(shape, fmt, args.num_speculative_tokens, args.max_num_seqs)
+        raise MeasureError(f"--config {request.config}: expert_dtype {expert_dtype!r} has no lk_moe measurement "
+                           f"here; pass --format mxfp4 or bf16")
+    spec = layer_spec(shape, fmt, request.num_speculative_tokens, request.max_num_seqs)
     need, free = layer_bytes(spec), available_ram()
     if free is not None and HELD * need > 0.9 * free:
         raise MeasureError(f"one {fmt} layer of this shape is {need / 2**30:.2f} GiB, {HELD * need / 2**30:.2f} GiB "
@@ -438,53 +311,77 @@ def layer_to_time(args: argparse.Namespace) -> tuple[dict[str, Any], str, int, i
     return spec, fmt, len(shape.moe_layers), need
 
 
-def main(args: argparse.Namespace) -> int:
-    check(args)
-    spec, fmt, moe_layers, need = layer_to_time(args)
-    if args.python is None:
-        args.python = args.find_python()
-    check_python(args.python)
-    threads = sorted(set(args.threads or thread_counts(os.cpu_count() or 1)))
+def run(request: MeasureRequest, find_python: Callable[[], str] | None = None) -> int:
+    """Check, time, report and write the profile; `find_python` answers when the request names no Python."""
+    check(request)
+    spec, fmt, moe_layers, need = layer_to_time(request)
+    python = request.python or (find_python() if find_python else sys.executable)
+    check_python(python)
+    threads = sorted(set(request.threads or thread_counts(os.cpu_count() or 1)))
     print(f"lk_moe layer: {spec['experts']} experts, top-{spec['top_k']}, hidden {spec['hidden']}, intermediate "
           f"{spec['inter']}, {fmt} ({need / 2**30:.2f} GiB); {moe_layers} MoE layers a step; "
-          f"LK_THREADS {threads}; {args.budget:.0f} s budget")
-    free = available_ram()
-    runs = run_workers(spec, threads, args.budget * FIRST_SHARE, args.python, min(1 << 30, (free or 1 << 32) // 4))
-    print(f"RAM read bandwidth (numpy, {os.cpu_count()} threads): {runs[0]['ram_gbs']:.1f} GB/s")
+          f"LK_THREADS {threads}; {request.budget:.0f} s budget")
+    runs, best = _timed_curve(request, spec, threads, python, moe_layers)
+    _advise(request, best, runs, fmt, moe_layers)
+    if request.plot:
+        plot(request.plot, runs, moe_layers)
+        print(f"plot: {request.plot}")
+    return 0
+
+
+def _timed_curve(request: MeasureRequest, spec: dict[str, Any], threads: list[int], python: str,
+                 moe_layers: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every thread count timed, the best curve again while noisy: the runs and the best, or MeasureError."""
     from . import measure_analysis as analysis
 
-    runs, noisy = retimed(spec, runs, args.budget * (1 - FIRST_SHARE) / RETIMES, args.python, args.noise_bound)
+    free = available_ram()
+    runs = run_workers(spec, threads, request.budget * FIRST_SHARE, python, min(1 << 30, (free or 1 << 32) // 4))
+    print(f"RAM read bandwidth (numpy, {os.cpu_count()} threads): {runs[0]['ram_gbs']:.1f} GB/s")
+    runs, noisy = retimed(spec, runs, request.budget * (1 - FIRST_SHARE) / RETIMES, python, request.noise_bound)
     best, warnings = analysis.thread_warnings(runs)
-    for run in runs:
-        print(f"LK_THREADS={run['threads']}: {run['cases'][0]['ms']:.2f} ms a layer call at 1 token ({run['path']})")
+    for one in runs:
+        print(f"LK_THREADS={one['threads']}: {one['cases'][0]['ms']:.2f} ms a layer call at 1 token ({one['path']})")
     for warning in warnings:
         print(f"warning: {warning}; leave cores free (LK_THREADS={best['threads']})")
     print(f"\ncurve at LK_THREADS={best['threads']} ({best['path']}), timed {best.get('timed', 1)} time(s):")
     print("\n".join(analysis.curve_table(best, layer_bytes(spec) / spec["experts"], moe_layers)))
     if noisy:
         raise MeasureError(f"the curve at LK_THREADS={best['threads']} stayed noisy, timed {best.get('timed', 1)} "
-                           f"times within --budget {args.budget:g}: {'; '.join(noisy)}; no profile written and no "
-                           f"advice from it: measure with the machine idle, or give a larger --budget", 1)
-    if args.max_num_seqs > 1:  # one request never splits
-        print(analysis.ubatch_advice(best, args.gpu_ms[0], moe_layers))
-    k, shape = args.num_speculative_tokens, (moe_layers, args.gpu_ms, args.max_num_seqs)
-    predicted, lines = analysis.predict(best, k, *shape, args.acceptance)
-    print("\n".join(lines + analysis.mixed(best, k, *shape, args.acceptance)))
-    profile = analysis.profile(best, runs, fmt, k, *shape, args.acceptance, predicted)
-    part = args.profile_out.with_name(f".{args.profile_out.name}.part-{os.getpid()}")
+                           f"times within --budget {request.budget:g}: {'; '.join(noisy)}; no profile written and "
+                           f"no advice from it: measure with the machine idle, or give a larger --budget", 1)
+    return runs, best
+
+
+def _advise(request: MeasureRequest, best: dict[str, Any], runs: list[dict[str, Any]], fmt: str,
+            moe_layers: int) -> None:
+    """The predictions from a clean curve, and the profile written (atomically) with how to start from it."""
+    from . import measure_analysis as analysis
+
+    if request.max_num_seqs > 1:  # one request never splits
+        print(analysis.ubatch_advice(best, request.gpu_ms[0], moe_layers))
+    k, shape = request.num_speculative_tokens, (moe_layers, request.gpu_ms, request.max_num_seqs)
+    predicted, lines = analysis.predict(best, k, *shape, request.acceptance)
+    print("\n".join(lines + analysis.mixed(best, k, *shape, request.acceptance)))
+    profile = analysis.profile(best, runs, fmt, k, *shape, request.acceptance, predicted)
+    out = request.profile_out
+    part = out.with_name(f".{out.name}.part-{os.getpid()}")
     try:  # built aside, then renamed into place: a reader sees the old profile whole or the new one
         part.write_text(json.dumps(profile, indent=2) + "\n")
-        os.replace(part, args.profile_out)
+        os.replace(part, out)
     finally:
         part.unlink(missing_ok=True)
     spec_config = {"method": "dspark", "num_speculative_tokens": k, "draft_depth": profile["draft_depth"]}
-    print(f"\nprofile: {args.profile_out}; start adaptive from it with\n  --speculative-config "
+    print(f"\nprofile: {out}; start adaptive from it with\n  --speculative-config "
           f"'{json.dumps(spec_config)}'\n  and LK_THREADS={best['threads']}")
-    if args.plot:
-        plot(args.plot, runs, moe_layers)
-        print(f"plot: {args.plot}")
-    return 0
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
-    print(json.dumps(worker(json.loads(sys.argv[2]))), flush=True)
+def main(argv: list[str]) -> int:
+    """`python -m vllm.ds4x measure ...`: parse, measure, print an error and its exit code."""
+    parser = argparse.ArgumentParser(prog="python -m vllm.ds4x measure", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    try:
+        return run(MeasureRequest.of(vars(parser.parse_args(argv))))
+    except MeasureError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
