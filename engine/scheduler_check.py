@@ -18,7 +18,9 @@ from vllm.config import (
     StructuredOutputsConfig,
     VllmConfig,
 )
+from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig
 from vllm.ds4x.spec_metrics import DepthStats
+from vllm.ds4x.spec_scheduling import DraftDepthScheduling
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -266,6 +268,45 @@ def run_stats(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
             "a1_stopped_mid_step": "a1" not in s.requests}
 
 
+def run_per_request(model: str) -> dict[str, Any]:
+    """Each request verifying its own depth (draft_depth verify "request", phase 0/2), as the fork's
+    model runner v2 runs it: "r" reasons (depth 0) beside "a" answering (2), so the batch runs
+    depth 2 and r's two drafts are masked; the worker keeps at most 1 + own depth tokens of each
+    request (here: r samples 1, a accepts one draft). The scheduler's own start-up refuses verify
+    "request" where no model runner masks rows: here, its message."""
+    config = {"policy": "phase", "reasoning_depth": 0, "answer_depth": K}
+    try:
+        scheduler(model, {**config, "verify": "request"}, False)
+        refused = None
+    except ValueError as e:  # DraftDepthError, or pydantic's wrapping of it
+        refused = str(e)
+    s = scheduler(model, config, False)
+    policy = s.ds4x_depth.policy
+    s.ds4x_depth = DraftDepthScheduling(DepthPolicy(DraftDepthConfig.from_dict({**config, "verify": "request"}, K),
+                                                    K, policy.tracker, policy.lag))
+    s.num_lookahead_tokens = K
+    reqs = {"r": request("r", [5] * 12 + [THINK]), "a": request("a", [5] * 10 + [THINK, 8, END_THINK])}
+    for r in reqs.values():
+        s.add_request(r)
+    ids = list(reqs)
+    out = s.schedule()
+    s.update_from_output(out, output(ids, {r: [20] for r in ids}))
+    s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
+    out = s.schedule()
+    hook = "fork" if getattr(out, "ds4x_verify_depths", None) is not None else "emulated"
+    if hook == "emulated":  # upstream's SchedulerOutput: what the fork's scheduler hook sets
+        out.ds4x_verify_depths = s.ds4x_depth.verify_depths
+    result = {"refused": refused, "hook": hook, "scheduled_drafts": drafts(out, ids),
+              "verify_depths": out.ds4x_verify_depths}
+    engine_out = s.update_from_output(out, output(ids, {"r": [40], "a": [30, 41]}))
+    stats = engine_out[0].scheduler_stats.spec_decoding_stats
+    result |= {"computed_after": {r: reqs[r].num_computed_tokens for r in ids},
+               "stats": {"drafts": stats.num_drafts, "draft_tokens": stats.num_draft_tokens,
+                         "accepted": stats.num_accepted_tokens, "per_position": stats.num_draft_tokens_per_pos,
+                         "depths": stats.ds4x.depths, "chosen_depths": stats.ds4x.chosen_depths}}
+    return result
+
+
 def check(model: str) -> dict[str, Any]:
     init_none_hash(sha256)
     out: dict[str, Any] = {name: {"sync": run_sync(model, policy), "async": run_async(model, policy),
@@ -275,4 +316,5 @@ def check(model: str) -> dict[str, Any]:
     out["adaptive"]["live_timing"] = run_live_timing(model, POLICIES["adaptive"])
     for name, policy in POLICIES.items():
         out[name]["stats_paths"] = run_stats(model, policy)
+    out["per_request"] = run_per_request(model)
     return out

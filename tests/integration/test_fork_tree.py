@@ -15,6 +15,7 @@ import pytest
 from ds4x import sources
 from ds4x.cli import main
 from tests.integration.conftest import engine_json
+from tests.integration.test_scheduler_depth import check_per_request
 
 FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
 pytestmark = [
@@ -79,6 +80,16 @@ def fork_checks(patched_fork: Path, engine_python: Path, tiny_model: Path) -> di
     out = engine_json(engine_python, "checks", tiny_model, "--cpu-platform", env=env)
     assert out["vllm"].startswith(str(patched_fork))
     return out
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_fork_scheduler_sends_each_request_s_own_depth(fork_checks: dict[str, Any]) -> None:
+    """verify "request" on the fork: its own scheduler hook puts the depths in the scheduler
+    output, and the counts are upstream's run's (test_scheduler_depth)."""
+    out = fork_checks["scheduler"]["per_request"]
+    assert out["hook"] == "fork"
+    check_per_request(out)
 
 
 @pytest.mark.slow

@@ -136,3 +136,21 @@ def test_a_step_with_drafts_the_grammar_refused_is_read_from_the_drafts(engine_p
     from the drafts each request was scheduled with, not from the stats."""
     done = subprocess.run([engine_python, "-c", GRAMMAR_REFUSED], capture_output=True, text=True, check=True)
     assert done.stdout.split()[-2:] == ["1", "2"]
+
+
+def test_each_request_verifying_its_own_depth_counts_what_it_verified(engine_checks: dict[str, Any]) -> None:
+    """verify "request" (phase 0/2): the batch runs depth 2 for both, r's two drafts are masked (its
+    own depth 0); KV rolls back all it ran, and the stats count r as a step that verified nothing
+    and a's two drafts, not r's (vLLM's own counters included)."""
+    out = engine_checks["scheduler"]["per_request"]
+    check_per_request(out)
+    assert out["hook"] == "emulated"  # upstream's scheduler has no such hook: the check sets what the fork's does
+    assert 'verify="request" needs the Lvllmds4-x fork\'s model runner v2' in out["refused"]
+
+
+def check_per_request(out: dict[str, Any]) -> None:
+    assert out["scheduled_drafts"] == {"r": 2, "a": 2}
+    assert out["verify_depths"] == {"r": 0}
+    assert out["computed_after"] == {"r": 14, "a": 15}  # 13-token prompts, 3 run; r kept 1 token, a 2
+    assert out["stats"] == {"drafts": 1, "draft_tokens": 2, "accepted": 1, "per_position": [1, 1],
+                            "depths": {"2": 1, "0": 1}, "chosen_depths": {"2": 1}}
