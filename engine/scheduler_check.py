@@ -135,19 +135,25 @@ def run_sync(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
     return result
 
 
-def run_sync_reasoning(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
-    """Two reasoning requests: the batch verifies the reasoning depth (no drafts
-    at depth 0); once one of them closes </think>, the answer depth."""
-    s = scheduler(model, draft_depth, False)
-    s.num_lookahead_tokens = K
-    reqs = {r: request(r, [5] * 12 + [THINK]) for r in ("r1", "r2")}
+def first_verify_step(s: Any, reqs: dict[str, Request]) -> tuple[list[str], Any]:
+    """The requests added and prefilled (one token each), two drafts each proposed: their ids and
+    the scheduler output of the step that verifies them."""
     for r in reqs.values():
         s.add_request(r)
     ids = list(reqs)
     out = s.schedule()
     s.update_from_output(out, output(ids, {r: [20] for r in ids}))
     s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
-    out = s.schedule()
+    return ids, s.schedule()
+
+
+def run_sync_reasoning(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
+    """Two reasoning requests: the batch verifies the reasoning depth (no drafts
+    at depth 0); once one of them closes </think>, the answer depth."""
+    s = scheduler(model, draft_depth, False)
+    s.num_lookahead_tokens = K
+    reqs = {r: request(r, [5] * 12 + [THINK]) for r in ("r1", "r2")}
+    ids, out = first_verify_step(s, reqs)
     result = {"scheduled_drafts": drafts(out, ids), "scheduled_tokens": dict(out.num_scheduled_tokens)}
     s.update_from_output(out, output(ids, {"r1": [END_THINK], "r2": [44]}))  # drafts, if any, rejected
     result["computed_after"] = {r: reqs[r].num_computed_tokens for r in ids}
@@ -286,13 +292,7 @@ def run_per_request(model: str) -> dict[str, Any]:
                                                     K, policy.tracker, policy.lag))
     s.num_lookahead_tokens = K
     reqs = {"r": request("r", [5] * 12 + [THINK]), "a": request("a", [5] * 10 + [THINK, 8, END_THINK])}
-    for r in reqs.values():
-        s.add_request(r)
-    ids = list(reqs)
-    out = s.schedule()
-    s.update_from_output(out, output(ids, {r: [20] for r in ids}))
-    s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
-    out = s.schedule()
+    ids, out = first_verify_step(s, reqs)
     hook = "fork" if getattr(out, "ds4x_verify_depths", None) is not None else "emulated"
     if hook == "emulated":  # upstream's SchedulerOutput: what the fork's scheduler hook sets
         out.ds4x_verify_depths = s.ds4x_depth.verify_depths
