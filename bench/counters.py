@@ -37,6 +37,9 @@ class HarnessCounters:
     """lk_moe calls by path and where (capturing, decode, prefill)"""
     drafter_after: dict[str, int]
     """the drafter's graph replays by the query length of the target step they follow"""
+    own_depth_steps: dict[str, int]
+    """decode steps where some request verified fewer drafts than the batch (draft_depth verify
+    "request": rows masked), by query length"""
 
     @classmethod
     def read(cls, run: Mapping[str, Any]) -> HarnessCounters:
@@ -48,7 +51,8 @@ class HarnessCounters:
             graphs={str(k): list(v) for k, v in graphs.items()} if isinstance(graphs, Mapping) else {},
             replays={str(k): _counts(v) for k, v in replays.items()} if isinstance(replays, Mapping) else {},
             graph_steps=_counts(steps.get("graph")), eager_steps=_counts(steps.get("eager")),
-            lk_moe=_counts(run.get("lk_moe")), drafter_after=_counts(run.get("drafter_after")))
+            lk_moe=_counts(run.get("lk_moe")), drafter_after=_counts(run.get("drafter_after")),
+            own_depth_steps=_counts(run.get("own_depth_steps")))
 
     def eager_decode_steps(self) -> dict[str, int]:
         """Query length -> decode steps that ran eagerly, where any did."""

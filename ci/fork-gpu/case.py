@@ -8,12 +8,15 @@ Usage: case.py CASE OUTDIR MODELROOT
   runner v2 with EAGLE (the user's runner: DSpark forces it), or with -v1 model runner v1
   with n-gram drafts. adaptivelow (v2): adaptive with each draft kept with probability
   LOW_KEEP (drafts.py), so acceptance is low and adaptive must verify fewer than K.
+  A mode ending "own" (phase02own, adaptiveown; v2 only) is that policy with each request
+  verifying its own depth in the batch's graph (named_policies.per_request_policies).
   dflash: a Qwen3 target with a random DFlash draft (DSpark's family; v2 only).
   dsv4: DeepSeek-V4 with a DSpark draft (dsv4_model.py), MXFP4 experts on lk_moe, the user's
   settings (DSV4_ENGINE: fp8_ds_mla KV, max-num-seqs 2) and reasoning parser deepseek_v4.
   moe: the fork only (lk_moe); with DS4X_GPU_TARGET=vllm (upstream 0.32.0) the case fails by name.
 Two requests reason (their prompt opens <think>) for 64 tokens, two answer (</think>
-closed) for 24, so decode batches are mixed first and reasoning-only after."""
+closed) for 24, in turn, so decode batches are mixed first (at max-num-seqs 2 too) and
+reasoning-only after."""
 
 import json
 import os
@@ -32,8 +35,9 @@ V1 = RUNNER == ["v1"]
 K = 2
 THINK, END_THINK = 1, 2
 LOW_KEEP = 0.25
-TEXTS = [("Let me think about the file layout", 64, False), ("for i in range(10):", 64, False),
-         ("def add(a, b):", 24, True), ("The answer is to call the tool", 24, True)]
+# reasoning and answering in turn, so that batches of 2 (dsv4's max-num-seqs) mix phases too
+TEXTS = [("Let me think about the file layout", 64, False), ("def add(a, b):", 24, True),
+         ("for i in range(10):", 64, False), ("The answer is to call the tool", 24, True)]
 
 
 def prompts(path: str) -> list:

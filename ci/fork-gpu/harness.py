@@ -44,6 +44,7 @@ class Counters:
         self.decode_steps = {"graph": Counter(), "eager": Counter()}
         self.moe: Counter = Counter()
         self.drafter_after: Counter = Counter()  # drafter replays by the query length of the target step
+        self.own_depth_steps: Counter = Counter()  # decode steps with a request below the batch's depth
         self.split_graphs: set[str] = set()  # t<tokens>:r<requests> captured as two micro-batches
         self.split_steps: Counter = Counter()  # decode steps that replayed a split graph, by query length
         self._replayed = False
@@ -53,6 +54,7 @@ class Counters:
         """Start-up (dummy runs, capture) aside: count what requests do from here."""
         self.decode_steps = {"graph": Counter(), "eager": Counter()}
         self.drafter_after.clear()
+        self.own_depth_steps.clear()
         self.split_steps.clear()
         self.moe = Counter({k: v for k, v in self.moe.items() if "capturing" in k})
 
@@ -69,6 +71,8 @@ class Counters:
             out = execute(runner, scheduler_output, *a, **k)
             if decode:
                 self.decode_steps["graph" if self._replayed else "eager"][self._step] += 1
+                if getattr(scheduler_output, "ds4x_verify_depths", None):  # verify "request": rows masked
+                    self.own_depth_steps[self._step] += 1
             return out
 
         MR.GPUModelRunner.execute_model = execute_model
@@ -163,7 +167,7 @@ class Counters:
 
     def report(self, managers: list) -> dict:
         return {"graphs": graph_keys(managers), "replays": self.replays, "decode_steps": self.decode_steps,
-                "lk_moe": self.moe, "drafter_after": self.drafter_after,
+                "lk_moe": self.moe, "drafter_after": self.drafter_after, "own_depth_steps": self.own_depth_steps,
                 "ubatch": {"level": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
                            "tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
                            "split_graphs": sorted(self.split_graphs), "split_steps": self.split_steps}}

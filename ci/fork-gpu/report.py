@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from bench.counters import HarnessCounters
-from ds4x.core.named_policies import by_case
+from ds4x.core.named_policies import OWN_CASE, by_case
 
 K = 2  # case.py's num_speculative_tokens
 LOW = "low"  # a case name's suffix: its policy at low acceptance (case.py's adaptivelow)
@@ -53,6 +53,8 @@ def check_graphs(case: str, counters: HarnessCounters) -> list[str]:
         problems.append("the drafter replayed no graph after a depth-0 step")
     if kind in ("dflash", "dsv4") and not sum(counters.replays.get("DFlashCudaGraphManager", {}).values()):
         problems.append("the DFlash-family drafter replayed none of its own graphs")
+    if mode.endswith(OWN_CASE) and not sum(counters.own_depth_steps.values()):
+        problems.append("no decode step had a request verifying less than the batch (no row masked)")
     return problems
 
 

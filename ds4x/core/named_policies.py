@@ -72,6 +72,8 @@ def named_policies(k: int, step_cost: StepCostGiven | None = None) -> dict[str, 
 
 PER_REQUEST = " per request"
 """the name suffix of a policy whose requests each verify their own depth (draft_depth verify "request")"""
+OWN_CASE = "own"
+"""its GPU-harness case suffix ("phase02own")"""
 
 
 def per_request_policies(k: int, step_cost: StepCostGiven | None = None) -> dict[str, NamedPolicy]:
@@ -79,7 +81,7 @@ def per_request_policies(k: int, step_cost: StepCostGiven | None = None) -> dict
     depths (phase, adaptive), with each request verifying its own depth in a mixed batch (the fork's
     model runner v2); its batches still run the deepest choice's graph, so it verifies, as a batch,
     what its named twin verifies."""
-    return {p.name + PER_REQUEST: NamedPolicy(name=p.name + PER_REQUEST, case=None,
+    return {p.name + PER_REQUEST: NamedPolicy(name=p.name + PER_REQUEST, case=p.case and p.case + OWN_CASE,
                                               draft_depth={**(p.draft_depth or {}), "verify": "request"})
             for p in named_policies(k, step_cost).values()
             if (depths := p.verified_depths(k)) is None or len(depths) > 1}
@@ -109,8 +111,10 @@ def harness_policies(k: int) -> dict[str, NamedPolicy]:
 
 
 def by_case(case: str, k: int) -> NamedPolicy:
-    """The policy of a harness case name; raises KeyError naming the known ones."""
-    known = harness_policies(k)
+    """The policy of a harness case name, a per-request twin's too ("phase02own", which the engine
+    checks on CPU do not run: upstream refuses it); raises KeyError naming the known ones."""
+    twins = {p.case: p for p in per_request_policies(k).values() if p.case is not None}
+    known = {**harness_policies(k), **twins}
     if case not in known:
         raise KeyError(f"policy {case!r}: expected one of {', '.join(known)}")
     return known[case]

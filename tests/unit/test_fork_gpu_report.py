@@ -124,3 +124,14 @@ def test_the_committed_deepseek_v4_runs_pass_every_case(run: str, cases: int,
     assert load().main(res) == 0
     out = capsys.readouterr().out
     assert f"{cases}/{cases} cases pass" in out and out.count("PASS: tokens equal eager") == cases - 1
+
+
+def test_a_per_request_case_must_have_masked_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """phase02own (each request verifying its own depth) proves nothing unless some decode step had a
+    request below the batch's depth: none counted fails it."""
+    own = case({"1": 20, "3": 5}, own_depth_steps={"3": 4})
+    results = {"moe-eager": {"ok": True, "tokens": TOKENS, "lk_moe": {"_cpu_decode (decode)": 40}}, "moe-phase02own": own}
+    assert load().main(write(tmp_path, results, list(results))) == 0
+    own["own_depth_steps"] = {}
+    assert load().main(write(tmp_path, results, list(results))) == 1
+    assert "no decode step had a request verifying less than the batch (no row masked)" in capsys.readouterr().out

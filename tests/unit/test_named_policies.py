@@ -8,7 +8,7 @@ import pytest
 from ds4x import launch
 from ds4x.core import depth_sim
 from ds4x.core.depth_config import parse_draft_depth
-from ds4x.core.named_policies import by_case, harness_policies, named_policies, same_behaviour
+from ds4x.core.named_policies import by_case, harness_policies, named_policies, per_request_policies, same_behaviour
 from engine.policies import POLICIES
 from tests.scripts import load_script
 
@@ -60,3 +60,17 @@ def test_each_phase_policy_verifies_its_fixed_twins_depths() -> None:
     for phase, fixed, policy in pairs:
         depths = {parse_draft_depth(policies[name].draft_depth, 3).phase_depth(phase, 3) for name in (fixed, policy)}
         assert len(depths) == 1, (phase, fixed, policy, depths)
+
+
+def test_the_per_request_twins_verify_their_own_depths_in_their_twin_s_graphs() -> None:
+    """phase and adaptive (whose requests may choose different depths) have a per-request twin, by report
+    name and harness case; it captures and, as a batch, verifies what its twin does."""
+    twins = per_request_policies(2)
+    assert list(twins) == ["phase 1/2 per request", "phase 0/2 per request", "adaptive per request"]
+    for name, twin in twins.items():
+        base = named_policies(2)[name.removesuffix(" per request")]
+        assert twin.draft_depth == {**(base.draft_depth or {}), "verify": "request"}
+        assert parse_draft_depth(twin.draft_depth, 2).verify == "request"
+        assert twin.graph_depths(2) == base.graph_depths(2) and twin.verified_depths(2) == base.verified_depths(2)
+        assert by_case(f"{base.case}own", 2) == twin
+    assert "phase02own" not in harness_policies(2)  # the CPU engine checks (upstream refuses it) run none
