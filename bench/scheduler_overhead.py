@@ -20,7 +20,7 @@ interquartile range of each round's ratio to its own ds4x-off run, that median
 as microseconds per request, and the median ratio of the mean steps (a cost paid
 on some steps only, such as decisions all due at once, would hide from the
 median); with --hook-timing, also the time spent inside the hook calls
-themselves (uniform_depth, before_output, on_step_end), per step and per request.
+themselves (cut_to_batch_depth, before_output, on_step_end), per step and per request.
 Adaptive reaches its steady decision pace after about 112 steps (it reviews a
 steady choice every 16, 32, then 64 steps): keep --steps at 200.
 
@@ -54,7 +54,7 @@ EQUAL = {  # every request verifies K, as with ds4x off
 }
 CUTS = {  # reasoning requests verify fewer drafts: the harness's phase policies
     p.name: p.draft_depth for p in harness_policies(K).values() if p.draft_depth and p.draft_depth["policy"] == "phase"}
-HOOKS = ("uniform_depth", "before_output", "on_step_end")
+HOOKS = ("cut_to_batch_depth", "before_output", "on_step_end")
 
 
 def timed_hooks(hooks: Any, spent: list[float]) -> None:

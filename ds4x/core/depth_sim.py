@@ -6,7 +6,7 @@ For the requests of a batch as the scheduler runs them.
 
 Each request decodes a reasoning section, then its answer; the batch's requests
 share a phase. Each step verifies the deepest depth any request chose (rounded up
-to a graph depth, as uniform_depth does), 1 + d tokens each; each draft is
+to a graph depth, as cut_to_batch_depth does), 1 + d tokens each; each draft is
 accepted with its phase's conditional acceptance (a rejected draft ends that
 request's accepted prefix), and the step costs what the given profile says for
 that depth at this batch size. The policies are the real DepthPolicy; adaptive

@@ -4,7 +4,7 @@
 
 The decision is made here, once, in the scheduler: every tensor- and
 pipeline-parallel rank receives it as the per-request draft lists of the
-scheduler output. Each decode batch verifies one depth (see uniform_depth),
+scheduler output. Each decode batch verifies one depth (see cut_to_batch_depth),
 so it keeps a full CUDA graph. KV lookahead stays reserved for K_max. With
 draft_depth verify "request" (the fork's model runner v2) the batch still
 runs that depth's graph, and each request verifies only its own depth
@@ -128,7 +128,7 @@ class DraftDepthScheduling:
         else:
             self._leaving.append(state)
 
-    def uniform_depth(self, running: Iterable[RequestView]) -> None:
+    def cut_to_batch_depth(self, running: Iterable[RequestView]) -> None:
         """Before scheduling: every decode request in the batch verifies one
         depth, the smallest graph depth at or above the deepest one chosen
         among them, so the batch has one query length and replays its CUDA
