@@ -312,7 +312,9 @@ def main(argv: list[str] | None = None) -> int:
     check(res)
     if res.ok and not res.problems:
         spec = res.spec
-        print(f"stand-in: {spec['layers']} MoE layers, lk_moe {res.profile['measured'].get('format', 'unnamed')} experts at LK_THREADS={spec['lk_threads']}, "
+        resident = (spec.get("moe_layers") or {}).get("resident")
+        print(f"stand-in: {spec['layers']} MoE layers{f' on lk_moe (GPU-resident: {resident})' if resident else ''}, "
+              f"lk_moe {res.profile['measured'].get('format', 'unnamed')} experts at LK_THREADS={spec['lk_threads']}, "
               f"{spec['tokens_per_request']} tokens a request, {1 + max(c['round'] for c in spec['cells'])} rounds"
               f"{f' after {w} unrecorded' if (w := spec.get('warm_up_rounds')) else ''}, "
               f"async scheduling {spec['async_scheduling']}; engine start {res.nospec.get('init_s', '-')} / {spec['init_s']} s")

@@ -11,8 +11,10 @@ Usage: case.py CASE OUTDIR MODELROOT
   A mode ending "own" (phase02own, adaptiveown; v2 only) is that policy with each request
   verifying its own depth in the batch's graph (named_policies.per_request_policies).
   dflash: a Qwen3 target with a random DFlash draft (DSpark's family; v2 only).
-  dsv4: DeepSeek-V4 with a DSpark draft (dsv4_model.py), MXFP4 experts on lk_moe, the user's
-  settings (DSV4_ENGINE: fp8_ds_mla KV, max-num-seqs 2) and reasoning parser deepseek_v4.
+  dsv4: DeepSeek-V4 with a DSpark draft (dsv4_model.py), MXFP4 experts on lk_moe except the layers
+  of LVLLM_GPU_RESIDENT_MOE_LAYERS (dsv4_setup.sh: DSV4_RESIDENT, default 0,1, on the GPU through
+  the fork's Marlin MoE), the user's settings (DSV4_ENGINE: fp8_ds_mla KV, max-num-seqs 2) and
+  reasoning parser deepseek_v4. The result names each MoE layer's placement (moe_layers).
   moe: the fork only (lk_moe); with DS4X_GPU_TARGET=vllm (upstream 0.32.0) the case fails by name.
 Two requests reason (their prompt opens <think>) for 64 tokens, two answer (</think>
 closed) for 24, in turn, so decode batches are mixed first (at max-num-seqs 2 too) and
@@ -102,13 +104,15 @@ def run() -> dict:
     generate_s = time.time() - t0
     return {"tokens": [list(o.outputs[0].token_ids) for o in outs], "init_s": round(init_s, 1),
             "generate_s": round(generate_s, 2), **counters.report(managers), "spec_metrics": spec_metrics(llm),
-            **({"kernels": kernel_sources()} if KIND == "dsv4" else {})}
+            **(kernel_sources(json.loads(config.read_text())["num_hidden_layers"]) if KIND == "dsv4" else {})}
 
 
-def kernel_sources() -> dict:
+def kernel_sources(layers: int) -> dict:
+    """The kernels by source, and where each MoE layer ran (report.py counts the lk_moe ones)."""
     import portable
 
-    return dict(portable.SOURCES)
+    placement = portable.resident_summary(layers)
+    return {"kernels": dict(portable.SOURCES), "moe_layers": placement}
 
 
 if __name__ == "__main__":

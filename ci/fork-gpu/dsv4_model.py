@@ -22,10 +22,19 @@ and `DraftFilter` sets acceptance.
 DSV4_LAYERS (default 3) gives the target more layers of the same kinds (compressed 4:1 and
 128:1 in turn after layer 0), to bring the CPU experts' share of a step near a real box's.
 
+DSV4_RESIDENT (default "0,1", the user's LVLLM_GPU_RESIDENT_MOE_LAYERS on the RTX 5090; "none"
+turns it off): the target layers whose routed experts stay on the GPU, in the fork's MXFP4 MoE
+path (Marlin, its kernels compiled by build_ops.py --marlin); dsv4_setup.sh exports it as
+LVLLM_GPU_RESIDENT_MOE_LAYERS after `resident_layers` checked it. At least one target layer stays
+on lk_moe, so that its cpu_decode is still captured in the graphs (at 3 layers: layer 2, the
+128:1 compressed one; layer 0, hash-routed, is resident with layer 1). DSpark's draft layer stays
+on lk_moe (dsv4_setup.sh: LVLLM_GPU_RESIDENT_DRAFT_LAYERS=0).
+
 Usage: dsv4_model.py DEST   -> DEST/target, DEST/draft (configs and tokenizer)"""
 
 import json
 import os
+import re
 import sys
 import zlib
 from pathlib import Path
@@ -73,10 +82,50 @@ def configs(layers: int) -> tuple[dict, dict]:
     return {**CONFIG, **more}, {**DRAFT, **more}
 
 
+RESIDENT = "0,1"  # DSV4_RESIDENT's default: the user's LVLLM_GPU_RESIDENT_MOE_LAYERS
+
+
+def resident_layers(value: str | None, layers: int) -> list[int]:
+    """DSV4_RESIDENT -> the target layers kept on the GPU (LVLLM_GPU_RESIDENT_MOE_LAYERS's grammar:
+    N, A-B, lists, none), checked against a target of `layers` layers: each one of them, and at
+    least one layer left on lk_moe (the harness checks its cpu_decode in the graphs)."""
+    from ds4x.core.moe_placement import parse_layers
+
+    selection = parse_layers(value, var="DSV4_RESIDENT")
+    if selection.mode != "layers":
+        raise ValueError(f"DSV4_RESIDENT={value!r}: name the layers (e.g. {RESIDENT}); {selection.mode} would leave "
+                         f"the harness no lk_moe layer to check, or a choice of its own")
+    chosen = sorted(selection.layers)
+    if chosen and chosen[-1] >= layers:
+        raise ValueError(f"DSV4_RESIDENT={value!r}: the target has layers 0-{layers - 1} (DSV4_LAYERS={layers})")
+    if len(chosen) >= layers:
+        raise ValueError(f"DSV4_RESIDENT={value!r}: every target layer on the GPU leaves no lk_moe layer, whose "
+                         f"cpu_decode the harness checks in the graphs; keep one on lk_moe or raise DSV4_LAYERS")
+    return chosen
+
+
+def moe_layers(placement: dict[str, bool], layers: int) -> dict[str, list[int]]:
+    """The fork's own answers (RoutedExperts' is_lk_moe_gpu_resident_layer, by layer name) -> the
+    target's and the draft's MoE layers on the GPU ("resident") and on lk_moe; draft layers are
+    named model.layers.{layers + i}."""
+    out: dict[str, list[int]] = {"resident": [], "lk_moe": [], "draft_resident": [], "draft_lk_moe": []}
+    for name, resident in placement.items():
+        found = re.search(r"layers\.([0-9]+)\.", name)
+        if not found:
+            raise ValueError(f"MoE layer name {name!r} has no layer index")
+        index = int(found[1])
+        key = ("draft_" if index >= layers else "") + ("resident" if resident else "lk_moe")
+        if index not in out[key]:
+            out[key].append(index)
+    return {k: sorted(v) for k, v in out.items()}
+
+
 def write(dest: Path) -> None:
     from engine.tiny_model import tokenizer
 
-    for name, config in zip(("target", "draft"), configs(int(os.environ.get("DSV4_LAYERS", LAYERS))), strict=True):
+    layers = int(os.environ.get("DSV4_LAYERS", LAYERS))
+    resident_layers(os.environ.get("DSV4_RESIDENT", RESIDENT), layers)  # a bad value stops the run here
+    for name, config in zip(("target", "draft"), configs(layers), strict=True):
         tok = tokenizer(dest / name)
         assert len(tok) <= VOCAB and tok.convert_tokens_to_ids(["<think>", "</think>"]) == [THINK, END_THINK]
         (dest / name / "config.json").write_text(json.dumps(config, indent=1))

@@ -278,7 +278,19 @@ def record(llm, init_s: float, keep: dict[str, float]) -> dict:
             "warm_up_rounds": WARMUP, "mixed": MIXED,
             "mixed_per_request": [name for name, _ in twins(chosen_policies())] if MODE == "spec" and TWINS else [],
             "adaptive_step_cost": adaptive_step_cost(),
-            "layers": llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers, "cells": []}
+            **moe_layers(llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers), "cells": []}
+
+
+def moe_layers(layers: int) -> dict:
+    """`layers`: the target's MoE layers on lk_moe, whose cpu_decode the report's model counts;
+    DeepSeek-V4 keeps those of LVLLM_GPU_RESIDENT_MOE_LAYERS on the GPU (dsv4_setup.sh: DSV4_RESIDENT)
+    and names every layer's placement and the kernels by source, as case.py does."""
+    if not DSV4:
+        return {"layers": layers}
+    import portable
+
+    placed = portable.resident_summary(layers)
+    return {"layers": len(placed["lk_moe"]), "moe_layers": placed, "kernels": dict(portable.SOURCES)}
 
 
 @functools.cache  # read once: the policies and the result record give the same start

@@ -4,7 +4,10 @@ greedy tokens equal the eager non-speculative run of the same model and model ru
 no decode step ran eagerly (with n-gram on v1: none that was uniform at a captured
 length); decode steps replayed graphs at the query lengths the policy verifies (adaptive
 at low acceptance: below K too); MoE cases captured lk_moe's cpu_decode in the graphs
-and never ran _cpu_prefill in a decode step; on model runner v2 the drafter replayed
+(once a graph for each target layer on lk_moe: dsv4 cases name theirs in `moe_layers`, at least
+one) and never ran _cpu_prefill in a decode step; dsv4 cases with GPU-resident layers
+(LVLLM_GPU_RESIDENT_MOE_LAYERS) placed exactly those, ran them through the fork's Marlin MoE
+backend (the RTX 5090's choice) and called it; on model runner v2 the drafter replayed
 its graphs after depth-0 steps whenever there were any, and DFlash's drafter its own
 graphs. Exit 1 on any failure.
 
@@ -15,6 +18,7 @@ import sys
 from pathlib import Path
 
 from bench.counters import HarnessCounters
+from ds4x.core.moe_placement import parse_layers
 from ds4x.core.named_policies import OWN_CASE, by_case
 
 K = 2  # case.py's num_speculative_tokens
@@ -68,6 +72,33 @@ def check_moe(counters: HarnessCounters, graphs: int, layers: int) -> list[str]:
     return problems
 
 
+def lk_moe_layers(kind: str, result: dict) -> int:
+    """The target's MoE layers on lk_moe: those the case names (dsv4: the rest are GPU-resident), else all."""
+    placed = result.get("moe_layers")
+    return MOE_LAYERS[kind] if placed is None else len(placed.get("lk_moe", []))
+
+
+def check_resident(result: dict) -> list[str]:
+    """A dsv4 case's GPU-resident layers: the ones asked for, on the Marlin MoE backend, called."""
+    placed = result.get("moe_layers")
+    if placed is None:
+        return []
+    problems = []
+    asked = placed.get("asked", "none")
+    want = sorted(parse_layers(asked).layers)
+    if placed.get("resident", []) != want:
+        problems.append(f"resident target layers {placed.get('resident')}, asked for {asked}")
+    if not placed.get("lk_moe"):
+        problems.append("no target MoE layer on lk_moe: cpu_decode in the graphs is not checked")
+    if want:
+        backend = result.get("kernels", {}).get("MXFP4 MoE backend", "none recorded")
+        if not backend.startswith("MARLIN"):
+            problems.append(f"resident MXFP4 layers on {backend}, not Marlin (the RTX 5090's backend)")
+        if not placed.get("marlin_calls"):
+            problems.append("the resident layers never called fused_marlin_moe")
+    return problems
+
+
 def check(case: str, result: dict | None, reference: dict | None) -> list[str]:
     if result is None:
         return ["no result: crashed, killed by its time limit, or skipped for the budget"]
@@ -79,7 +110,8 @@ def check(case: str, result: dict | None, reference: dict | None) -> list[str]:
     target_graphs = sum(len(keys) for name, keys in counters.graphs.items()
                         if name in ("ModelCudaGraphManager", "CudagraphDispatcher"))
     if kind in MOE_LAYERS:
-        problems += check_moe(counters, target_graphs if mode != "eager" else 0, MOE_LAYERS[kind])
+        problems += check_moe(counters, target_graphs if mode != "eager" else 0, lk_moe_layers(kind, result))
+        problems += check_resident(result)
     if mode == "eager":
         return problems
     if reference is None or not reference.get("ok"):
@@ -118,6 +150,8 @@ def main(resdir: Path) -> int:
             print("   kernels by source:", json.dumps(result["kernels"]))
         if result and result.get("lk_moe"):
             print("   lk_moe calls:", json.dumps(result["lk_moe"]))
+        if result and result.get("moe_layers"):
+            print("   MoE layers:", json.dumps(result["moe_layers"]))
         if result and result.get("ubatch", {}).get("level", "off") != "off":
             print("   LVLLM_MOE_OVERLAP:", json.dumps(result["ubatch"]))
         problems = check(case, result, results.get("-".join([kind, "eager", *runner])))

@@ -174,3 +174,27 @@ def test_deepseek_v4_dspark_cases_configure_with_the_forks_reasoning_markers(
     assert "ok   dsv4-phase02 v2 FULL_DECODE_ONLY" in done.stdout
     # engine/tiny_model.py's <think> = 1 and </think> = 2, then the tool-call marker's tokens
     assert "phase markers: start [(1,)] end [(2,), (" in done.stdout
+
+
+def test_the_marlin_moe_build_binds_the_forks_ops_and_generates_only_the_mxfp4_kernels(
+        patched_fork: Path, tmp_path: Path) -> None:
+    """ci/fork-gpu/build_ops.py --marlin, up to the compiler: the fork's binding statements of the ops a
+    resident MXFP4 DeepSeek-V4 layer calls, found once each; its Marlin MoE generator, asked for bf16 x
+    MXFP4 x e8m0 only, writes 15 instantiations (one file each) and a selector naming only those; the
+    fork's Python calls each bound op."""
+    from tests.scripts import load_script
+
+    build_ops = load_script("ci/fork-gpu/build_ops.py")
+    stable = tmp_path / "libtorch_stable"
+    shutil.copytree(patched_fork / "csrc" / "libtorch_stable", stable)
+    text = build_ops.binding({op.bindings: (stable / op.bindings).read_text() for op in build_ops.MARLIN.ops},
+                             build_ops.MARLIN)
+    assert text.count("ops.def(") == 4 and text.count("ops.impl(") == 2
+    files = build_ops.generate_marlin(stable, "9.0")
+    assert len(files) == 15
+    selector = (stable / build_ops.MARLIN_DIR / "kernel_selector.h").read_text()
+    assert selector.count("kernel = Marlin<vllm::kBFloat16.id(), vllm::kFE2M1f.id(), vllm::kBFloat16.id(), "
+                          "vllm::kFE8M0fnu.id()") == 15 == selector.count("kernel = ")
+    custom_ops = (patched_fork / "vllm" / "_custom_ops.py").read_text()
+    for op in build_ops.MARLIN.ops:
+        assert f"torch.ops.{op.namespace}.{op.name}(" in custom_ops

@@ -135,3 +135,41 @@ def test_a_per_request_case_must_have_masked_rows(tmp_path: Path, capsys: pytest
     own["own_depth_steps"] = {}
     assert load().main(write(tmp_path, results, list(results))) == 1
     assert "no decode step had a request verifying less than the batch (no row masked)" in capsys.readouterr().out
+
+
+def resident_case(**moe_layers: Any) -> dict[str, Any]:
+    """A passing dsv4 case at LVLLM_GPU_RESIDENT_MOE_LAYERS=0,1: layers 0-1 on the GPU (Marlin), 2 on lk_moe."""
+    placed = {"resident": [0, 1], "lk_moe": [2], "draft_resident": [], "draft_lk_moe": [3], "marlin_calls": 8,
+              "asked": "0,1", **moe_layers}
+    result = case({"3": 33}, lk_moe={"_cpu_decode (capturing)": 3})
+    result["replays"]["DFlashCudaGraphManager"] = {"2": 33}
+    return {**result, "moe_layers": placed,
+            "kernels": {"MXFP4 MoE backend": "MARLIN (MarlinExperts): the fork's select_deepseek_v4_mxfp4_moe_backend"}}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({}, None),
+    ({"resident": [0]}, "resident target layers [0], asked for 0,1"),
+    ({"lk_moe": []}, "no target MoE layer on lk_moe"),
+    ({"marlin_calls": 0}, "the resident layers never called fused_marlin_moe"),
+    ({"lk_moe": [2, 3, 4]}, "cpu_decode captured 3 times for 3 decode graphs of 3 MoE layers"),
+    ({"asked": "none", "resident": [], "lk_moe": [0, 1, 2]}, "cpu_decode captured 3 times"),
+])
+def test_resident_dsv4_layers_are_checked_against_what_was_asked(
+        change: dict[str, Any], message: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """cpu_decode is counted only for the target's lk_moe layers the case names; the resident ones must be
+    those asked for, and must have run the fork's Marlin MoE."""
+    results = {"dsv4-eager": {"ok": True, "tokens": TOKENS, "lk_moe": {"_cpu_decode (decode)": 40}},
+               "dsv4-fixed": resident_case(**change)}
+    assert load().main(write(tmp_path, results, list(results))) == (0 if message is None else 1)
+    out = capsys.readouterr().out
+    assert ("2/2 cases pass" in out) if message is None else (message in out)
+    assert 'MoE layers: {"resident": ' in out
+
+
+def test_resident_layers_on_another_backend_than_marlin_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fixed = resident_case()
+    fixed["kernels"]["MXFP4 MoE backend"] = "TRITON_UNFUSED (UnfusedOAITritonExperts)"
+    results = {"dsv4-eager": {"ok": True, "tokens": TOKENS}, "dsv4-fixed": fixed}
+    assert load().main(write(tmp_path, results, list(results))) == 1
+    assert "resident MXFP4 layers on TRITON_UNFUSED (UnfusedOAITritonExperts), not Marlin" in capsys.readouterr().out
