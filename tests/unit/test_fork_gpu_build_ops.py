@@ -180,3 +180,14 @@ def test_moe_layers_splits_the_forks_answers_into_target_and_draft(M: ModuleType
     assert M.moe_layers(placement, 3) == {"resident": [0, 1], "lk_moe": [2], "draft_resident": [], "draft_lk_moe": [3]}
     with pytest.raises(ValueError, match="no layer index"):
         M.moe_layers({"experts": True}, 3)
+
+
+def test_marlin_checks_reference_reads_mxfp4_low_nibble_first_with_e8m0_scales() -> None:
+    """marlin_check.py's torch reference: the byte 0xA1 holds 0.5 (code 1) then -1.0 (code 10); a scale
+    byte b multiplies a group of 32 by 2^(b-127)."""
+    import torch
+
+    check = load_script("ci/fork-gpu/marlin_check.py")
+    codes = torch.full((1, 1, 16), 0xA1, dtype=torch.uint8)
+    out = check.dequant(codes, torch.tensor([[[128]]], dtype=torch.uint8))
+    assert out.shape == (1, 1, 32) and out[0, 0, :4].tolist() == [1.0, -2.0, 1.0, -2.0]
