@@ -16,7 +16,8 @@ so a library defines nothing the harness's stand-ins (stubs/*.py) define.
   type triple the layer needs (MARLIN_TYPES), one template instantiation a source file so
   the builder compiles them in parallel.
 
-Usage: build_ops.py [--marlin] CSRC OUTDIR   -> OUTDIR/<lib>.so, loaded by load() in the engine process
+Usage: build_ops.py [--marlin] CSRC OUTDIR   -> OUTDIR/ds4x_dsv4_ops.so or
+OUTDIR/ds4x_marlin_moe_ops/ds4x_marlin_moe_ops.so, loaded by load() in the engine process
 (TORCH_CUDA_ARCH_LIST defaults to 9.0, the H200; the fork's own build flags for these libraries:
 TORCH_TARGET_VERSION 2.11, USE_CUDA, ENABLE_FP8; for Marlin also -static-global-template-stub=false,
 as the fork's CMakeLists sets it for nvcc 12.8 and later)."""
@@ -150,26 +151,33 @@ def generate_marlin(stable: Path, arch: str) -> list[Path]:
     generator.QUANT_CONFIGS = configs
     generator.remove_old_kernels()
     generator.generate_new_kernels()
-    folder = script.parent
-    generated = sorted(p for p in folder.glob("*kernel_*.cu") if not p.name.startswith(MARLIN_KERNEL_PREFIX))
+    where = script.parent
+    generated = sorted(p for p in where.glob("*kernel_*.cu") if not p.name.startswith(MARLIN_KERNEL_PREFIX))
     if len(generated) != 1:
-        raise SystemExit(f"{folder}: the generator wrote {[p.name for p in generated]}, expected one file")
+        raise SystemExit(f"{where}: the generator wrote {[p.name for p in generated]}, expected one file")
     head, instantiations = split_instantiations(generated[0].read_text())
     generated[0].unlink()
-    for old in folder.glob(MARLIN_KERNEL_PREFIX + "*.cu"):
+    for old in where.glob(MARLIN_KERNEL_PREFIX + "*.cu"):
         old.unlink()
     out = []
     for i, one in enumerate(instantiations):
-        path = folder / f"{MARLIN_KERNEL_PREFIX}{i:02d}.cu"
+        path = where / f"{MARLIN_KERNEL_PREFIX}{i:02d}.cu"
         path.write_text(f"{head}{one}\n\n}}\n")
         out.append(path)
     return out
+
+
+def folder(out: Path, library: Library) -> Path:
+    """Where a library is built and loaded from: OUTDIR for ds4x_dsv4_ops (as before), a folder of its
+    own under it for any other (the extension builder keeps one build.ninja a folder)."""
+    return out if library is DSV4 else out / library.name
 
 
 def build(csrc: Path, out: Path, library: Library = DSV4) -> Path:
     from torch.utils import cpp_extension
 
     stable = csrc / "libtorch_stable"
+    out = folder(out, library)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     sources = [stable / s for s in library.sources]
@@ -190,7 +198,7 @@ def build(csrc: Path, out: Path, library: Library = DSV4) -> Path:
 def load(out: Path, library: Library = DSV4) -> None:
     import torch
 
-    torch.ops.load_library(str(out / f"{library.name}.so"))
+    torch.ops.load_library(str(folder(out, library) / f"{library.name}.so"))
 
 
 def bound(library: Library) -> list[str]:

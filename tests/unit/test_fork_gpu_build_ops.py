@@ -191,3 +191,9 @@ def test_marlin_checks_reference_reads_mxfp4_low_nibble_first_with_e8m0_scales()
     codes = torch.full((1, 1, 16), 0xA1, dtype=torch.uint8)
     out = check.dequant(codes, torch.tensor([[[128]]], dtype=torch.uint8))
     assert out.shape == (1, 1, 32) and out[0, 0, :4].tolist() == [1.0, -2.0, 1.0, -2.0]
+
+
+def test_each_library_builds_in_a_folder_of_its_own(B: ModuleType, tmp_path: Path) -> None:
+    """The extension builder keeps one build.ninja a folder: Marlin beside the dsv4 ops would replace it."""
+    assert B.folder(tmp_path, B.DSV4) == tmp_path  # where every dsv4 case has loaded it from
+    assert B.folder(tmp_path, B.MARLIN) == tmp_path / "ds4x_marlin_moe_ops"
