@@ -171,6 +171,9 @@ def resident_summary(layers: int) -> dict:
     from dsv4_model import moe_layers
 
     placement = moe_layers(PLACEMENT, layers)
+    if sorted(placement["resident"] + placement["lk_moe"]) != list(range(layers)):
+        raise RuntimeError(f"MoE layers placed: {placement}, expected each of the target's {layers} layers once "
+                           f"(is_lk_moe_gpu_resident_layer was not asked for each: {sorted(PLACEMENT)})")
     if placement["resident"] or placement["draft_resident"]:
         SOURCES["resident MoE layers"] = SOURCES.get("resident MoE layers", "none loaded") + (
             f"; target layers {placement['resident']}, draft layers {placement['draft_resident']} resident, "
