@@ -115,12 +115,14 @@ def test_splits_are_reported_at_ubatch_only(passing: dict[str, dict[str, Any]], 
     assert lines == ['   LVLLM_MOE_OVERLAP: ' + json.dumps(split)]
 
 
-@pytest.mark.parametrize("run, cases", [("res", 6), ("ubatch-3/res", 4)])
+@pytest.mark.parametrize("run, cases", [("h200-dsv4-harness/res", 6), ("h200-dsv4-harness/ubatch-3/res", 4),
+                                        ("h200-dsv4-harness-resident/res", 2)])
 def test_the_committed_deepseek_v4_runs_pass_every_case(run: str, cases: int,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    """bench/results/h200-dsv4-harness: the DeepSeek-V4 + DSpark cases its README quotes, at
-    LVLLM_MOE_OVERLAP=ubatch too (every two-request graph split in two micro-batches)."""
-    res = Path(__file__).resolve().parents[2] / "bench/results/h200-dsv4-harness" / run
+    """bench/results/h200-dsv4-harness*: the DeepSeek-V4 + DSpark cases their READMEs quote, at
+    LVLLM_MOE_OVERLAP=ubatch too (every two-request graph split in two micro-batches), and with the
+    user's resident layers 0,1 on the fork's Marlin MXFP4 MoE, each request verifying its own depth."""
+    res = Path(__file__).resolve().parents[2] / "bench/results" / run
     assert load().main(res) == 0
     out = capsys.readouterr().out
     assert f"{cases}/{cases} cases pass" in out and out.count("PASS: tokens equal eager") == cases - 1
@@ -173,3 +175,12 @@ def test_resident_layers_on_another_backend_than_marlin_fail(tmp_path: Path, cap
     results = {"dsv4-eager": {"ok": True, "tokens": TOKENS}, "dsv4-fixed": fixed}
     assert load().main(write(tmp_path, results, list(results))) == 1
     assert "resident MXFP4 layers on TRITON_UNFUSED (UnfusedOAITritonExperts), not Marlin" in capsys.readouterr().out
+
+
+def test_the_resident_run_masked_rows_and_ran_marlin() -> None:
+    """bench/results/h200-dsv4-harness-resident: layers 0,1 on the fork's Marlin MoE, layer 2 on lk_moe,
+    and the per-request case had decode steps with a request below the batch's depth."""
+    res = Path(__file__).resolve().parents[2] / "bench/results/h200-dsv4-harness-resident/res"
+    own = json.loads((res / "dsv4-phase02own.json").read_text())
+    assert sum(own["own_depth_steps"].values()) > 0 and not own["decode_steps"]["eager"]
+    assert "MARLIN" in own["kernels"]["MXFP4 MoE backend"] and "target layers [0, 1]" in own["kernels"]["resident MoE layers"]
