@@ -15,7 +15,7 @@ CORE_INTO = "vllm/ds4x"
 """where the core's modules (ds4x/core beside the overlay folder) go in a target tree; its
 __init__.py stays behind: the overlay has vllm.ds4x's"""
 FORK_ONLY = frozenset({"measure.py", "measure_analysis.py", "measure_worker.py", "moe_engine_inputs.py",
-                       "moe_placement.py", "overlap_plan.py", "typed_options.py", "verify_rows.py"})
+                       "moe_placement.py", "overlap_plan.py", "typed_options.py"})
 """the core's modules that only the fork's runtime uses: the lvllmds4-x overlay carries them, the
 vllm-common overlay every other"""
 

@@ -50,3 +50,30 @@ def test_keeping_1_plus_own_depth_tokens_is_verifying_own_depth_drafts() -> None
         inputs = [9, *drafts]
         at_batch_depth = greedy(inputs, target)[:vr.kept_tokens([mine])[0]]
         assert at_batch_depth == greedy(inputs[:1 + mine], target[:1 + mine])
+
+
+class Stats:
+    """The counts of vLLM's SpecDecodingStats that uncount changes."""
+
+    def __init__(self, drafts: int, tokens: int, per_position: list[int]) -> None:
+        self.num_drafts, self.num_draft_tokens, self.num_draft_tokens_per_pos = drafts, tokens, per_position
+
+
+def test_the_scheduler_counts_what_each_request_verified() -> None:
+    """r verified 0 of its 2 drafts (a step that verified nothing), m 1 of 2, a all 2: vLLM counted 3
+    drafts of 2 tokens each; what they verified is 2 drafts, 3 tokens, positions [2, 1]."""
+    spec = {"r": [30, 31], "m": [30, 31], "a": [30, 31]}
+    stats = Stats(3, 6, [3, 3])
+    verified = vr.own_drafts(spec, {"r": 0, "m": 1}, None, lambda request_id: True, stats)
+    assert verified == {"m": [30], "a": [30, 31]}
+    assert (stats.num_drafts, stats.num_draft_tokens, stats.num_draft_tokens_per_pos) == (2, 3, [2, 1])
+
+
+def test_a_request_vllm_did_not_count_leaves_its_stats_alone() -> None:
+    """Aborted while its step ran, or refused drafts the grammar cut: counted as vLLM counted them."""
+    stats = Stats(1, 1, [1, 0])
+    assert vr.own_drafts({"r": [30, 31]}, {"r": 0}, None, lambda request_id: False, stats) == {}
+    assert (stats.num_drafts, stats.num_draft_tokens) == (1, 1)
+    refused = Stats(1, 1, [1, 0])  # vLLM counted 2 - 1 refused drafts
+    vr.own_drafts({"r": [30, -1]}, {"r": 1}, {"r": 1}, lambda request_id: True, refused)
+    assert (refused.num_drafts, refused.num_draft_tokens, refused.num_draft_tokens_per_pos) == (1, 1, [1, 0])

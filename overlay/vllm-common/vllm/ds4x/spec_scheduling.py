@@ -13,10 +13,11 @@ runs that depth's graph, and each request verifies only its own depth
 
 import importlib.util
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from itertools import chain
 from typing import TypeAlias
 
+from vllm.ds4x import verify_rows
 from vllm.ds4x.config_views import SpeculativeConfigView, VllmConfigView
 from vllm.ds4x.depth_estimates import StepCosts
 from vllm.ds4x.draft_depth import (
@@ -180,9 +181,10 @@ class DraftDepthScheduling:
         if runner_output.sampled_token_ids:
             spec = scheduler_output.scheduled_spec_decode_tokens
             if own:
-                spec = self._own_drafts(spec, own, scheduler_output.num_invalid_spec_tokens, runner_output, stats)
+                spec = verify_rows.own_drafts(spec, own, scheduler_output.num_invalid_spec_tokens,
+                                              self._counted(runner_output), stats)
             self._read_output(scheduler_output, spec, runner_output, requests, stats)
-            stats = self._count_unverified(scheduler_output, spec, runner_output, requests, stats)
+            stats = self._tally.unverified(scheduler_output, spec, runner_output, requests, stats, self._lengths)
         for state in self._leaving:
             self.policy.retire(state)
         self._leaving.clear()
@@ -190,54 +192,10 @@ class DraftDepthScheduling:
         self.strategy.step_ended(runner_output.req_id_to_index)
         return stats
 
-    def _own_drafts(self, spec: dict[str, list[int]], own: Mapping[str, int], refused: dict[str, int] | None,
-                    runner_output: RunnerOutputView, stats: StepStats) -> dict[str, list[int]]:
-        """The drafts each request verified at its own depth (the first ones; none
-        at depth 0), and vLLM's stats, which counted every draft scheduled, less
-        those past it: its drafts per position, and at depth 0 the verification."""
-        verified, index = dict(spec), runner_output.req_id_to_index
-        for request_id, depth in own.items():
-            drafts, i = spec.get(request_id), index.get(request_id)
-            if not drafts or depth >= len(drafts):
-                continue
-            if depth:
-                verified[request_id] = drafts[:depth]
-            else:
-                del verified[request_id]
-            if stats is not None and i is not None and self._lengths[i] and request_id in self._states:
-                counted = len(drafts) - (refused or {}).get(request_id, 0)  # as vLLM counted it
-                uncount(stats, counted, min(depth, counted))
-        return verified
-
-    def _count_unverified(self, scheduler_output: SchedulerOutputView, spec: dict[str, list[int]],
-                          runner_output: RunnerOutputView, requests: Mapping[str, RequestView],
-                          stats: StepStats) -> StepStats:
-        """Decode steps of requests that verified nothing (they chose depth 0, or
-        the drafter proposed nothing): one token scheduled and no drafts, or
-        drafts none of which it verified (`spec`: those verified); not a new or
-        resumed request, output tokens from before this step, not aborted
-        while the step ran (vLLM skips those)."""
-        ids = runner_output.req_ids
-        if len(spec) >= len(ids):  # every request verified drafts
-            return stats
-        scheduled, new = scheduler_output.num_scheduled_tokens, scheduler_output.scheduled_new_reqs
-        drafted = scheduler_output.scheduled_spec_decode_tokens
-        resumed = scheduler_output.scheduled_cached_reqs.resumed_req_ids  # recomputing, not decoding
-        fresh = {r.req_id for r in new} | resumed if new or resumed else ()
-        count = 0
-        for request_id, length in zip(ids, self._lengths):
-            if (length and (scheduled.get(request_id) == 1 or request_id in drafted) and request_id not in spec
-                    and request_id not in fresh and request_id in self._states):
-                request = requests.get(request_id)  # None: it finished in this step
-                count += request is None or request.num_output_tokens > length
-        if not count:
-            return stats
-        if stats is None:
-            stats = SpecDecodingStats.new(self.policy.k_max)
-        if stats.ds4x is None:
-            stats.ds4x = DepthStats()
-        stats.ds4x.observe_unverified(count)
-        return stats
+    def _counted(self, runner_output: RunnerOutputView) -> Callable[[str], bool]:
+        """Whether vLLM's stats counted a request of the step: it sampled, and was not aborted."""
+        index, lengths, states = runner_output.req_id_to_index, self._lengths, self._states
+        return lambda request_id: (i := index.get(request_id)) is not None and bool(lengths[i]) and request_id in states
 
     def _read_output(self, scheduler_output: SchedulerOutputView, spec: dict[str, list[int]],
                      runner_output: RunnerOutputView, requests: Mapping[str, RequestView],
@@ -263,7 +221,37 @@ class StepTally:
     chosen depth) but the largest, read one by one (DepthPolicy.groups)."""
 
     def __init__(self, policy: DepthPolicy) -> None:
-        self.codec, self.groups, self.states = policy.codec, policy.groups, policy.requests
+        self.codec, self.groups, self.states, self.k_max = policy.codec, policy.groups, policy.requests, policy.k_max
+
+    def unverified(self, scheduler_output: SchedulerOutputView, spec: dict[str, list[int]],
+                   runner_output: RunnerOutputView, requests: Mapping[str, RequestView], stats: StepStats,
+                   lengths: list[int]) -> StepStats:
+        """Decode steps of requests that verified nothing (they chose depth 0, or
+        the drafter proposed nothing): one token scheduled and no drafts, or
+        drafts none of which it verified (`spec`: those verified); not a new or
+        resumed request, output tokens from before this step, not aborted
+        while the step ran (vLLM skips those)."""
+        ids = runner_output.req_ids
+        if len(spec) >= len(ids):  # every request verified drafts
+            return stats
+        scheduled, new = scheduler_output.num_scheduled_tokens, scheduler_output.scheduled_new_reqs
+        drafted = scheduler_output.scheduled_spec_decode_tokens
+        resumed = scheduler_output.scheduled_cached_reqs.resumed_req_ids  # recomputing, not decoding
+        fresh = {r.req_id for r in new} | resumed if new or resumed else ()
+        count = 0
+        for request_id, length in zip(ids, lengths):
+            if (length and (scheduled.get(request_id) == 1 or request_id in drafted) and request_id not in spec
+                    and request_id not in fresh and request_id in self.states):
+                request = requests.get(request_id)  # None: it finished in this step
+                count += request is None or request.num_output_tokens > length
+        if not count:
+            return stats
+        if stats is None:
+            stats = SpecDecodingStats.new(self.k_max)
+        if stats.ds4x is None:
+            stats.ds4x = DepthStats()
+        stats.ds4x.observe_unverified(count)
+        return stats
 
     def count(self, scheduler_output: SchedulerOutputView, spec: dict[str, list[int]],
               runner_output: RunnerOutputView, stats: SpecDecodingStats, lengths: list[int]) -> None:
@@ -343,16 +331,6 @@ def uniform_drafts(spec: dict[str, list[int]], ids: list[str], stats: SpecDecodi
         return even_depth(stats.num_draft_tokens_per_pos, stats.num_drafts) or None
     depth = max(map(len, spec.values()))
     return depth if depth == min(map(len, spec.values())) else None
-
-
-def uncount(stats: SpecDecodingStats, counted: int, verified: int) -> None:
-    """A request's drafts that vLLM's stats counted (`counted`) less those past what it
-    verified (its own depth); at depth 0 not a verification at all."""
-    stats.num_draft_tokens -= counted - verified
-    for position in range(verified, counted):
-        stats.num_draft_tokens_per_pos[position] -= 1
-    if not verified:
-        stats.num_drafts -= 1
 
 
 def even_depth(reached: list[int], drafts: int) -> int | None:
