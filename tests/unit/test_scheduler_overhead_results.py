@@ -36,16 +36,23 @@ def table() -> dict[int, list[str]]:
 def test_every_run_is_in_the_table_as_printed() -> None:
     runs = sorted(RESULTS.glob("run-*.txt"), key=lambda p: int(p.stem.split("-")[1]))
     rows = table()
-    assert len(runs) == 9 and sorted(rows) == list(range(1, 10))
+    assert len(runs) == 15 and sorted(rows) == list(range(1, 16))
     for run in runs:
         base, ratios = printed(run)
         row = rows[int(run.stem.split("-")[1])]
         assert row == [f"{base:.2f} ms", *(f"{ratios[name]:+.1f}%" for name in COLUMNS)], run.name
 
 
-@pytest.mark.parametrize("triple", [(1, 2, 3), (4, 5, 6), (7, 8, 9)])
+@pytest.mark.parametrize("triple", [(1, 2, 3), (4, 5, 6), (7, 8, 9), (13, 14, 15)])
 def test_the_targets_hold_in_each_run_of_a_triple(triple: tuple[int, int, int]) -> None:
     for run in triple:
         _, ratios = printed(RESULTS / f"run-{run}.txt")
         for name, target in TARGETS.items():
             assert ratios[name] <= target, (run, name, ratios[name])
+
+
+def test_the_loaded_triple_missed_where_its_readme_says() -> None:
+    """Runs 10-12 ran beside other work on the same cores: adaptive over 5% in run 10, phase over 3% in
+    run 11, as the README reports them."""
+    assert printed(RESULTS / "run-10.txt")[1]["adaptive (min_depth 2)"] > TARGETS["adaptive (min_depth 2)"]
+    assert printed(RESULTS / "run-11.txt")[1]["phase 2/2"] > TARGETS["phase 2/2"]
