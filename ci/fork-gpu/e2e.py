@@ -242,13 +242,17 @@ def main() -> dict:
                 if phase == MIXED_PHASE:
                     cell["mix"] = list(mix(n))
                 result["cells"].append(cell)
-                print(f"cell {round_} {phase} x{n} {name}: {cell['tok_s'] or 0:.2f} tok/s, steps "
-                      f"{ {d: round(s['median_ms'], 1) for d, s in cell['steps'].items()} }", flush=True)
+                print_cell(cell)
                 write({**result, **counters.report(managers)})
     if os.environ.get("E2E_PROFILE", "1") != "0":
         result["traces"] = profile(llm, log, texts, scheduling, ids)
     chain = {"draft_chain": drafts.chain_agreement()} if DSV4 else {}
     return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm), **chain}
+
+
+def print_cell(cell: dict) -> None:
+    print(f"cell {cell['round']} {cell['phase']} x{cell['requests']} {cell['policy']}: {cell['tok_s'] or 0:.2f} tok/s, "
+          f"steps { {d: round(s['median_ms'], 1) for d, s in cell['steps'].items()} }", flush=True)
 
 
 def warm_up(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: count) -> None:
