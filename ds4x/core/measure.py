@@ -197,7 +197,7 @@ def add_arguments(p: argparse._ActionsContainer, shared: bool = True) -> None:
     p.add_argument("--budget", type=float, default=90.0,
                    help="seconds of timing in all: half for the sweep, half kept to time a noisy curve again (more "
                         "tokens costing less, or rounds spread past --noise-bound; default 90)")
-    p.add_argument("--noise-bound", type=bounded.fraction(0.01, 100), default=SPREAD_BOUND, metavar="SHARE",
+    p.add_argument("--noise-bound", type=bounded.fraction(0.01, 10000), default=SPREAD_BOUND, metavar="SHARE",
                    help=f"noise a curve may have and still advise: each token count's rounds within SHARE of their "
                         f"median, and no count costing SHARE/4 less than the one below (default {SPREAD_BOUND}; a busy "
                         "machine may need more, and its advice is then as noisy)")
