@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,11 @@ class Advice:
 
 
 def policy_name(config: draft_depth.DraftDepthConfig, k: int) -> str | None:
-    """The report name of a parsed draft_depth ("fixed 2", "phase 0/2"), None if not one of the named."""
+    """The report name of a parsed draft_depth ("fixed 2", "phase 0/2"), None if not one of the named;
+    how its batches verify ("verify") aside: the depths it chooses are what the figures compare."""
+    mine = replace(config, verify="batch")
     return next((name for name, p in named_policies(k).items()
-                 if draft_depth.parse_draft_depth(p.draft_depth, k) == config), None)
+                 if draft_depth.parse_draft_depth(p.draft_depth, k) == mine), None)
 
 
 def committed_ratios(policy: str, against: str, results: Path,
@@ -61,10 +63,11 @@ WHY = {draft_depth.REASONING: "verifies drafts while reasoning too", draft_depth
 """what a policy measured worse than phase 0/K does, by the phase it lost in"""
 
 
-def from_committed(current: str, k: int, sampled: str | None, root: Path) -> Advice | None:
-    """phase 0/K (adaptive where drafts are not greedy) against the script's policy, as measured in each phase."""
+def from_committed(current: str, k: int, sampled: str | None, root: Path, keep: dict[str, Any]) -> Advice | None:
+    """phase 0/K (adaptive where drafts are not greedy) against the script's policy, as measured in each
+    phase; the object advised keeps the script's `keep` fields (its "verify")."""
     if sampled not in (None, SAMPLED_WITH):
-        adaptive = named_policies(k)["adaptive"].draft_depth or {}
+        adaptive = {**(named_policies(k)["adaptive"].draft_depth or {}), **keep}
         return Advice(f"draft_sample_method {sampled}: the phase depths were measured with {SAMPLED_WITH} drafts; "
                       f"adaptive measures each request's acceptance as it runs: add {json.dumps(adaptive)}", adaptive)
     best, lost, counted = f"phase 0/{k}", [], 0
@@ -76,7 +79,7 @@ def from_committed(current: str, k: int, sampled: str | None, root: Path) -> Adv
             counted = max(counted, len(runs))
     if not lost:
         return None
-    obj = named_policies(k)[best].draft_depth or {}
+    obj = {**(named_policies(k)[best].draft_depth or {}), **keep}
     return Advice(f"{'; '.join(lost)} (committed H200 measurements, Qwen2-MoE stand-in with DeepSeek-V4-Flash's "
                   f"experts, {counted} runs: {RESULTS}/{RUNS}{on_deepseek_v4(best, current, root)}; for this machine: "
                   f"plan --measure, then --check-launch --profile FILE): add \"draft_depth\": {json.dumps(obj)}", obj)
@@ -129,4 +132,5 @@ def advise(spec: dict[str, Any], k: int, profile: tuple[dict[str, Any], Path] | 
     current = policy_name(config, k)
     if current is None or isinstance(config, draft_depth.AdaptiveDepth):
         return None  # a policy of its own, or adaptive: measured within noise of the best fixed depth
-    return from_committed(current, k, spec.get("draft_sample_method"), root)
+    keep = {} if config.verify == "batch" else {"verify": config.verify}
+    return from_committed(current, k, spec.get("draft_sample_method"), root, keep)

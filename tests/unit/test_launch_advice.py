@@ -126,3 +126,14 @@ def test_torch_threads_past_the_cores_beside_lk_moe_are_advised_one(tmp_path: Pa
     assert bool(lines) == warned, lines
     if warned:
         assert launch.OMP_MEASURED in lines[0] and "vLLM sets 1 where it is unset" in lines[0]
+
+
+def test_verify_per_request_is_advised_as_its_policy_is_and_kept(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A script whose batches verify per request ("verify": "request") gets its policy's finding, and the
+    object advised keeps the setting."""
+    fixed0 = named_policies(2)["fixed 0"].draft_depth or {}
+    plain = findings(tmp_path, capsys, json.dumps({**json.loads(SPEC), "draft_depth": fixed0}))
+    own = findings(tmp_path, capsys, json.dumps({**json.loads(SPEC), "draft_depth": {**fixed0, "verify": "request"}}))
+    advised = json.dumps({**(named_policies(2)["phase 0/2"].draft_depth or {}), "verify": "request"})
+    assert len(own) == 1 and own[0] == plain[0].replace(json.dumps(named_policies(2)["phase 0/2"].draft_depth), advised)
