@@ -17,21 +17,22 @@ from typing import Any
 
 import numpy as np
 import torch
-from vllm.ds4x import moe_residency, verify_rows
+from vllm.ds4x import verify_rows
+from vllm.ds4x.draft_depth import configured_draft_depth
 
 _rows: torch.Tensor | None = None  # [max tokens] bool, True: a row no request verifies
-_dirty = False  # some row is set
+_marked = 0  # rows [0, _marked) may hold a previous step's marks
 
 
-def enable(vllm_config: Any, max_tokens: int, device: torch.device) -> bool:
+def enable(vllm_config: Any, max_tokens: int, device: torch.device) -> None:
     """At model runner v2's start: the static row mask, when the draft_depth asks
     for per-request verify; graphs captured after this read it at every replay."""
     global _rows
     spec = vllm_config.speculative_config
-    if spec is None or (getattr(spec, "draft_depth", None) or {}).get("verify") != "request":
-        return False
-    _rows = torch.zeros(max_tokens, dtype=torch.bool, device=device)
-    return True
+    if spec is None or not spec.num_speculative_tokens:
+        return
+    if configured_draft_depth(getattr(spec, "draft_depth", None), spec.num_speculative_tokens).verify == "request":
+        _rows = torch.zeros(max_tokens, dtype=torch.bool, device=device)
 
 
 def prepare(depths: dict[str, int] | None, req_ids: list[str], drafts: np.ndarray | None,
@@ -39,21 +40,23 @@ def prepare(depths: dict[str, int] | None, req_ids: list[str], drafts: np.ndarra
     """Before a step's forward: mark the rows no request verifies and return the most
     tokens each request keeps ([requests] int32 on the device), or None when every
     request verifies all it drafted. Clears the rows a previous step marked."""
-    global _dirty
+    global _marked
     if _rows is None:
         return None
-    drafted: list[int] = drafts.tolist() if depths and drafts is not None else []
+    drafted: list[int] = drafts.tolist() if drafts is not None else []
     own = verify_rows.own_depths(depths, req_ids, drafted) if depths and drafted else None
     if own is None:
-        if _dirty:
-            _rows.zero_()
-            _dirty = False
+        if _marked:
+            _rows[:_marked].zero_()
+            _marked = 0
         return None
-    host = np.zeros(_rows.numel(), dtype=np.bool_)
-    for first, end in verify_rows.masked_rows(own, drafted, query_start_loc[1:len(own) + 1].tolist()):
-        host[first:end] = True
-    _rows.copy_(torch.from_numpy(host), non_blocking=True)
-    _dirty = True
+    ends = query_start_loc[1:len(own) + 1].tolist()
+    end = max(_marked, ends[-1])  # this step's rows, and any the last step marked past them
+    host = np.zeros(end, dtype=np.bool_)
+    for first, last in verify_rows.masked_rows(own, drafted, ends):
+        host[first:last] = True
+    _rows[:end].copy_(torch.from_numpy(host), non_blocking=True)
+    _marked = ends[-1]
     kept = np.asarray(verify_rows.kept_tokens(own, bonus), dtype=np.int32)
     return torch.from_numpy(kept).to(device, non_blocking=True)
 
@@ -71,6 +74,8 @@ def masked_ids(experts: Any, topk_ids: torch.Tensor, row_offset: Callable[[], in
 
 def _draft_layer(experts: Any) -> bool:
     known = getattr(experts, "ds4x_draft_layer", None)
-    if known is None:
+    if known is None:  # once a layer, at its first call (capture): the placement is decided by then
+        from vllm.ds4x import moe_residency
+
         known = experts.ds4x_draft_layer = moe_residency.is_draft_layer(experts.layer_name)
     return bool(known)

@@ -1,0 +1,71 @@
+"""vllm.ds4x.verify_mask (the fork's model runner half of per-request verify depths) on CPU tensors:
+the static row mask a step marks, the tokens each request keeps, and the marks a later step clears,
+whatever the order of batch sizes. Loaded from its overlay file inside a stand-in `vllm.ds4x` package
+spanning the overlay and the core, as a built tree has it."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="ci/test installs torch; the mask is a torch tensor")
+
+ROOT = Path(__file__).resolve().parents[2]
+K = 2
+
+
+@pytest.fixture
+def vm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    vllm, ds4x = ModuleType("vllm"), ModuleType("vllm.ds4x")
+    vllm.__path__ = []
+    ds4x.__path__ = [str(ROOT / "overlay/lvllmds4-x/vllm/ds4x"), str(ROOT / "ds4x/core")]
+    for name, module in (("vllm", vllm), ("vllm.ds4x", ds4x)):
+        monkeypatch.setitem(sys.modules, name, module)
+    for name in [n for n in sys.modules if n.startswith("vllm.ds4x.")]:
+        monkeypatch.delitem(sys.modules, name)
+    module = importlib.import_module("vllm.ds4x.verify_mask")
+    config = SimpleNamespace(speculative_config=SimpleNamespace(
+        num_speculative_tokens=K, draft_depth={"policy": "phase", "reasoning_depth": 0, "verify": "request"}))
+    module.enable(config, 16, torch.device("cpu"))
+    yield module
+    for name in [n for n in sys.modules if n.startswith("vllm.ds4x.")]:
+        del sys.modules[name]
+
+
+def step(vm: Any, depths: dict[str, int] | None, req_ids: list[str], drafts: list[int]) -> list[int] | None:
+    ends = np.cumsum([0, *(1 + d for d in drafts)]).astype(np.int32)
+    kept = vm.prepare(depths, req_ids, np.asarray(drafts, dtype=np.int32), ends, 1, torch.device("cpu"))
+    return None if kept is None else kept.tolist()
+
+
+def marked(vm: Any) -> list[int]:
+    return [i for i, on in enumerate(vm._rows.tolist()) if on]
+
+
+def test_a_step_marks_the_rows_past_each_request_s_own_depth(vm: Any) -> None:
+    # r: rows 0-2 (its last token, drafts at 1, 2), a: rows 3-5; r verifies 0 drafts
+    assert step(vm, {"r": 0}, ["r", "a"], [2, 2]) == [1, 3]
+    assert marked(vm) == [1, 2]
+    ids = torch.arange(12, dtype=torch.int32).reshape(6, 2)
+    routed = vm.masked_ids(SimpleNamespace(ds4x_draft_layer=False), ids, lambda: 0)
+    assert routed[1:3].tolist() == [[-1, -1], [-1, -1]] and torch.equal(routed[[0, 3, 4, 5]], ids[[0, 3, 4, 5]])
+    drafter = vm.masked_ids(SimpleNamespace(ds4x_draft_layer=True), ids, lambda: 0)
+    assert torch.equal(drafter, ids)  # a draft layer's rows are the drafter's
+    second = vm.masked_ids(SimpleNamespace(ds4x_draft_layer=False), ids[3:], lambda: 3)
+    assert torch.equal(second, ids[3:])  # a micro-batch reads the mask at its own row offset
+
+
+def test_a_later_step_clears_the_marks_before_it(vm: Any) -> None:
+    step(vm, {"r1": 0, "r2": 1}, ["a", "r1", "r2"], [2, 2, 2])  # rows 4-5 and 8
+    assert marked(vm) == [4, 5, 8]
+    assert step(vm, {"r": 1}, ["r"], [2]) == [2]  # a smaller batch: row 2 only, the rows past it cleared
+    assert marked(vm) == [2]
+    assert step(vm, None, ["a"], [2]) is None and marked(vm) == []
+    assert step(vm, {"x": 0}, ["a", "b"], [2, 2]) is None and marked(vm) == []  # no request of this batch is capped
