@@ -29,6 +29,7 @@ from typing import Any
 
 from ds4x.core import depth_mixed
 from ds4x.core.named_policies import PER_REQUEST, any_policy, named_policies, per_request_policies
+from ds4x.core.phase_tracker import PHASES
 
 MIXED = "mixed"
 NO_SPEC = "no speculation"
@@ -110,7 +111,7 @@ def rate_table(cells: Cells, n: int, policies: Sequence[str], baseline: str) -> 
         runs = cells[n, policy]
         medians[policy] = statistics.median(c["tok_s"] for c in runs)
         ratios = [c["tok_s"] / base[c["round"]] for c in runs if c["round"] in base]
-        by_phase = [statistics.median(phase_rate(c, p) for c in runs) for p in ("reasoning", "answer")]
+        by_phase = [statistics.median(phase_rate(c, p) for c in runs) for p in PHASES]
         depths = sorted({d for c in runs for d in c["steps"]})
         steps = ", ".join(f"{d}: {step_ms(cells, n, policy, d):.1f}" for d in depths)
         lines.append(f"{policy:<{width}} {spread([c['tok_s'] for c in runs]):>24} "
@@ -151,9 +152,6 @@ def predictions(n: int, k: int, acceptance: Mapping[str, float], measured_tok_s:
                 misses.append(f"mixed x{n} {name}{PER_REQUEST}: predicted {mine:.2f}, measured {twin:.2f} "
                               f"({mine / twin - 1:+.1%})")
     return lines, misses
-
-
-PHASES = ("reasoning", "answer")
 
 
 def rates(cell: Mapping[str, Any]) -> dict[str, float]:
