@@ -1,6 +1,6 @@
 """One engine of the end-to-end decode benchmark (bench: ci/fork-gpu/e2e), in-process.
 
-Usage: e2e.py {nospec,spec} OUTDIR MODELDIR   -> OUTDIR/e2e-{nospec,spec}[-E2E_TAG].json
+Usage: e2e.py {nospec,spec,av} OUTDIR MODELDIR   -> OUTDIR/e2e-{nospec,spec,av}[-E2E_TAG].json
 
 E2E_TAG names a variant of the same engine (the overlap comparison, E2E_MODES=overlap in
 ci/fork-gpu/e2e, runs one engine per LVLLM_MOE_OVERLAP level, tagged by it); E2E_POLICIES
@@ -12,6 +12,11 @@ and 2, each draft kept with its phase's probability (acceptance ACCEPTANCE at de
 The draft-depth policies of vllm.ds4x.depth_sim run side by side in this one engine:
 between cells (no request in flight) the scheduler's policy object is swapped for the
 next policy's, each made once and kept (see Policies). nospec: no speculation.
+av (upstream vLLM, #34): EAGLE K=2 under vLLM's own adaptive verification
+(enable_adaptive_verification, no draft_depth; one "policy" of that name), each step's draft
+budget as vLLM chose it recorded per cell (BudgetLog); the run also records what the engine does
+with both options set (composition). E2E_MODEL=dense: e2e_model.py's target with a dense MLP, on
+the GPU alone (ci/fork-gpu/side_by_side runs both on upstream).
 
 A cell is one phase (reasoning or answer), 1 or 2 requests started together, one
 policy; greedy, E2E_TOKENS tokens a request (default 96). Its steady decode rate is
@@ -65,6 +70,8 @@ TWINS = bool(MIXED) and os.environ.get("E2E_PER_REQUEST", "1") != "0"  # the mix
 # captures graphs for depths 0..K; per-request verify on: the model runner masks rows only when the engine's asks
 ENGINE_POLICY = {**(named_policies(K)["adaptive"].draft_depth or {}), **({"verify": "request"} if TWINS else {})}
 DSV4 = os.environ.get("E2E_MODEL") == "dsv4"  # DeepSeek-V4 + DSpark (dsv4_model.py) instead of e2e_model.py's
+AV = MODE == "av"  # vLLM's adaptive verification in place of draft_depth
+AV_POLICY = "adaptive verification"
 
 
 def prompts(tokenizer) -> dict[str, list[list[int]]]:
@@ -96,11 +103,48 @@ def engine_args() -> dict:
     if DSV4:  # the user's model class, drafter and settings (harness.DSV4_ENGINE)
         kw = {**{k: v for k, v in kw.items() if k != "attention_config"}, **DSV4_ENGINE,
               "max_num_seqs": max(REQUESTS), "reasoning_parser": "deepseek_v4"}
-    if MODE == "spec":
+    if MODE in ("spec", "av"):
         kw["speculative_config"] = {"method": "dspark" if DSV4 else "eagle",
                                     "model": str(MODELS / ("draft" if DSV4 else "eagle")), "num_speculative_tokens": K,
-                                    "draft_depth": ENGINE_POLICY}
+                                    **({"enable_adaptive_verification": True} if AV else {"draft_depth": ENGINE_POLICY})}
     return kw
+
+
+def composition() -> str:
+    """What the engine's config says to draft_depth beside adaptive verification (#34: one defined
+    thing; ours refuses the pair at start-up, naming both)."""
+    from vllm import LLM
+
+    kw = engine_args()
+    kw["speculative_config"] = {**kw["speculative_config"], "draft_depth": ENGINE_POLICY}
+    try:
+        LLM(**kw)  # refused while its config is made, before any weight or memory
+    except Exception as e:  # the refusal is the answer
+        return f"refused: {e}"
+    return "accepted"
+
+
+class BudgetLog:
+    """vLLM's adaptive verification: each step's draft budget (drafts verified over the batch)
+    against the drafts scheduled, as its host side chose them (get_num_tokens), with the time."""
+
+    def __init__(self) -> None:
+        from vllm.v1.worker.gpu.spec_decode import adaptive_verification as AVM
+
+        self.steps: list[tuple[float, int, int]] = []
+        choose = AVM.AdaptiveVerificationManager.get_num_tokens
+
+        def logged(manager, num_tokens_per_req, draft_tokens):
+            tokens = choose(manager, num_tokens_per_req, draft_tokens)
+            scheduled, _, budget = manager._batch_budget
+            self.steps.append((time.perf_counter(), budget, sum(scheduled.values())))
+            return tokens
+
+        AVM.AdaptiveVerificationManager.get_num_tokens = logged
+
+    def window(self, start: float, end: float) -> dict[str, int]:
+        inside = [(b, s) for t, b, s in self.steps if start <= t <= end]
+        return {"steps": len(inside), "verified": sum(b for b, _ in inside), "scheduled": sum(s for _, s in inside)}
 
 
 def install_model() -> None:
@@ -172,7 +216,8 @@ def accepted(metrics: dict) -> tuple[float, float]:
             metrics.get("vllm:spec_decode_num_accepted_tokens", 0) or 0)
 
 
-def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count, tokens: int = TOKENS) -> dict:
+def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count, tokens: int = TOKENS,
+             budgets: "BudgetLog | None" = None) -> dict:
     from vllm import SamplingParams
 
     engine = llm.llm_engine
@@ -193,7 +238,7 @@ def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count, tokens:
     (t0, made0, *_), (t1, made1, *_) = marks[first], marks[last]
     steps = log.by_depth(t0, t1)
     window = [b - a for a, b in zip(made0, made1)]
-    return {"tok_s": sum(window) / (t1 - t0) if t1 > t0 else None, "window_tokens": sum(window),
+    return {**({"drafts": budgets.window(t0, t1)} if budgets else {}),"tok_s": sum(window) / (t1 - t0) if t1 > t0 else None, "window_tokens": sum(window),
             "window_tokens_by_request": window, "window_s": round(t1 - t0, 4),
             "tokens": [list(latest[i].outputs[0].token_ids) for i in range(len(prompt_ids))],
             "steps": {d: {"n": len(v), "median_ms": 1000 * statistics.median(v)} for d, v in sorted(steps.items())}}
@@ -214,14 +259,16 @@ def main() -> dict:
     from transformers import AutoTokenizer
     from vllm import LLM
 
+    composed = {"composition": composition()} if AV else {}
+    budgets = BudgetLog() if AV else None
     t0 = time.time()
     llm = LLM(**engine_args())
-    result = record(llm, round(time.time() - t0, 1), keep)
+    result = {**record(llm, round(time.time() - t0, 1), keep), **composed}
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
     log = StepLog(scheduler, lag=2 if result["async_scheduling"] else 1)
     drafts.active = True
     texts = prompts(AutoTokenizer.from_pretrained(MODELS / "target"))
-    policies = chosen_policies() if MODE == "spec" else [("no speculation", None)]
+    policies = chosen_policies() if MODE == "spec" else [(AV_POLICY if AV else "no speculation", None)]
     mixed_policies = policies + (twins(policies) if MODE == "spec" and TWINS else [])
     scheduling = Policies(scheduler) if MODE == "spec" else None
     ids = count()
@@ -235,7 +282,7 @@ def main() -> dict:
                 if scheduling:
                     scheduling.use(name, config)
                 before = accepted(spec_metrics(llm))
-                cell = run_cell(llm, log, prompt_ids, ids)
+                cell = run_cell(llm, log, prompt_ids, ids, budgets=budgets)
                 after = accepted(spec_metrics(llm))
                 cell.update(round=round_, phase=phase, requests=n, policy=name,
                             draft_tokens=after[0] - before[0], accepted_tokens=after[1] - before[1])

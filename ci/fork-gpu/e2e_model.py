@@ -16,6 +16,9 @@ through; embeddings and lm_head are the target's). `DraftFilter` then keeps each
 draft with its cycle's probability and replaces the rest with another random token
 (drafts.py): acceptance per phase is set, and vLLM's own metrics read it back.
 
+E2E_MODEL=dense: the same target with a dense MLP of 2048 in place of the MoE (a Qwen2 wholly on
+the GPU: upstream vLLM's stand-in, which has no lk_moe; ci/fork-gpu/side_by_side).
+
 Usage: e2e_model.py DEST   -> DEST/target, DEST/eagle (configs and tokenizer)"""
 
 import json
@@ -32,6 +35,7 @@ ANSWER_CYCLE = list(range(190, 370))
 CYCLES = {"reasoning": tuple(REASONING_CYCLE), "answer": tuple(ANSWER_CYCLE)}
 SHAPE = {"hidden_size": 4096, "num_experts": 256, "num_experts_per_tok": 6, "moe_intermediate_size": 512,
          "shared_expert_intermediate_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4}
+ATTENTION = ("hidden_size", "num_attention_heads", "num_key_value_heads")  # the dense target's share of SHAPE
 
 
 def successor() -> list[int]:
@@ -44,7 +48,7 @@ def successor() -> list[int]:
     return nxt
 
 
-def write(dest: Path, layers: int) -> None:
+def write(dest: Path, layers: int, dense: bool = False) -> None:
     from engine.tiny_model import tokenizer
 
     target, eagle = dest / "target", dest / "eagle"
@@ -52,10 +56,12 @@ def write(dest: Path, layers: int) -> None:
     assert len(tok) <= VOCAB, len(tok)
     common = {"vocab_size": VOCAB, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
               "torch_dtype": "bfloat16", "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu"}
+    model = ({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", **common,
+              **{k: SHAPE[k] for k in ATTENTION}} if dense else
+             {"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", **common, **SHAPE,
+              "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True})
     (target / "config.json").write_text(json.dumps({
-        "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", **common, **SHAPE,
-        "intermediate_size": 2048, "num_hidden_layers": layers, "decoder_sparse_step": 1, "mlp_only_layers": [],
-        "norm_topk_prob": True, "tie_word_embeddings": False}))
+        **model, "intermediate_size": 2048, "num_hidden_layers": layers, "tie_word_embeddings": False}))
     (target / "generation_config.json").write_text(json.dumps({"eos_token_id": 0}))
     eagle.mkdir(parents=True, exist_ok=True)
     h = SHAPE["hidden_size"]
@@ -122,5 +128,5 @@ def install_loader() -> None:
 if __name__ == "__main__":
     import os
 
-    write(Path(sys.argv[1]), int(os.environ.get("E2E_LAYERS", "12")))
+    write(Path(sys.argv[1]), int(os.environ.get("E2E_LAYERS", "12")), dense=os.environ.get("E2E_MODEL") == "dense")
     print(sys.argv[1])

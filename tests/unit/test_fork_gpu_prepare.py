@@ -93,6 +93,12 @@ out = torch.empty_like(x)
 ops.rms_norm(out, x, None, 1e-6)
 ref = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
 assert torch.equal(out, ref)
+ops.static_scaled_fp8_quant.default  # named by vllm/compilation's pattern tables at import: declared
+try:
+    ops.silu_and_mul_quant()
+    raise SystemExit("a declared-only op ran")
+except NotImplementedError as e:
+    assert "no compiled kernel" in str(e), e
 print("ok")
 """
 

@@ -116,7 +116,9 @@ def test_splits_are_reported_at_ubatch_only(passing: dict[str, dict[str, Any]], 
 
 
 @pytest.mark.parametrize("run, cases", [("h200-dsv4-harness/res", 6), ("h200-dsv4-harness/ubatch-3/res", 4),
-                                        ("h200-dsv4-harness-resident/res", 2)])
+                                        ("h200-dsv4-harness-resident/res", 2),
+                                        ("h200-dsv4-harness-resident/policies/res", 5),
+                                        ("h200-dsv4-harness-resident/ubatch-3/res", 5)])
 def test_the_committed_deepseek_v4_runs_pass_every_case(run: str, cases: int,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """bench/results/h200-dsv4-harness*: the DeepSeek-V4 + DSpark cases their READMEs quote, at

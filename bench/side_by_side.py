@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Upstream vLLM's own adaptive verification beside our draft_depth policies (#34), measured on
+upstream's Python: the report of ci/fork-gpu/side_by_side, which runs the end-to-end benchmark's
+dense stand-in (a GPU-only model, greedy, acceptance set per phase) twice: one engine running every
+draft_depth policy side by side (RESDIR/e2e-spec.json) and one under enable_adaptive_verification
+(RESDIR/e2e-av.json, its "policy" named adaptive verification).
+
+Prints per phase (reasoning, answer, and the mixed batch of one of each) and running requests:
+- steady decode tok/s, median [range] over the rounds, and the ratio to fixed 2: ours in the same
+  round of the same engine, adaptive verification's median over fixed 2's (the engines ran one after
+  the other, so that ratio carries the two engines' difference too);
+- the drafts each request verified a step: ours from the steps' verified depths, adaptive
+  verification's from the budget it chose each step;
+- vLLM's accepted tokens per verified draft (adaptive verification counts the drafts it trimmed as
+  drafted and rejected, so its own acceptance figure is not comparable);
+- the run's noise floor (policies that verify the same depths, same engine);
+- what the engine did with draft_depth and enable_adaptive_verification both set.
+Fails closed (exit 1): a missing or failed engine, a cell missing in some round, greedy tokens
+that differ between two cells of a phase and request count (across both engines), an eager decode
+step, and any composition other than a refusal at start-up that names both options.
+
+    python -m bench.side_by_side RESDIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.e2e_decode import BASELINE, SAME_BEHAVIOUR, decode_problems, read_engine
+from bench.e2e_mixed import MIXED, spread
+
+AV = "adaptive verification"
+PHASES = ("reasoning", "answer", MIXED)
+Cells = dict[tuple[str, int, str], list[dict[str, Any]]]
+
+
+def cells_of(runs: Sequence[Mapping[str, Any]]) -> Cells:
+    """(phase, requests, policy) -> that cell of every round, from both engines."""
+    out: Cells = defaultdict(list)
+    for run in runs:
+        for cell in run.get("cells", []):
+            out[cell["phase"], cell["requests"], cell["policy"]].append(cell)
+    return out
+
+
+def problems(spec: Mapping[str, Any], av: Mapping[str, Any], cells: Cells) -> list[str]:
+    """What fails the run: missing cells, tokens that differ, eager steps, an undefined composition."""
+    found = [*decode_problems(dict(spec), "draft_depth engine"), *decode_problems(dict(av), "adaptive verification engine")]
+    policies = sorted({p for _, _, p in cells})
+    if AV not in policies or BASELINE not in policies:
+        found.append(f"cells of {BASELINE} and {AV} both needed; measured: {policies}")
+    for phase, n in sorted({(ph, n) for ph, n, _ in cells}):
+        for policy in policies:
+            run = av if policy == AV else spec
+            want = len({c["round"] for c in run.get("cells", [])})
+            got = [c for c in cells.get((phase, n, policy), []) if c.get("tok_s") is not None]
+            if len(got) != want:
+                found.append(f"{phase} x{n} {policy}: {len(got)} of {want} rounds measured")
+        tokens = {json.dumps(c["tokens"]) for p in policies for c in cells.get((phase, n, p), [])}
+        if len(tokens) > 1:
+            found.append(f"{phase} x{n}: greedy tokens differ between cells ({len(tokens)} variants)")
+    said = str(av.get("composition", "not tried"))
+    if not (said.startswith("refused:") and "draft_depth" in said and "enable_adaptive_verification" in said):
+        found.append(f"draft_depth with enable_adaptive_verification: {said[:300]} (expected a refusal naming both)")
+    return found
+
+
+def drafts_per_request_step(cell: Mapping[str, Any]) -> float:
+    """The drafts each request verified a step: adaptive verification's budget, else the step depths."""
+    if "drafts" in cell:
+        d = cell["drafts"]
+        return float(d["verified"]) / (d["steps"] * cell["requests"]) if d["steps"] else 0.0
+    steps = {int(depth): s["n"] for depth, s in cell["steps"].items()}
+    return float(sum(depth * n for depth, n in steps.items()) / max(1, sum(steps.values())))
+
+
+def table(cells: Cells, phase: str, n: int, policies: Sequence[str]) -> tuple[list[str], dict[str, float]]:
+    """The lines of one phase and request count, and each policy's median tok/s."""
+    base = {c["round"]: c["tok_s"] for c in cells[phase, n, BASELINE]}
+    lines = [f"{'policy':<22} {'tok/s median [range]':>24} {'vs fixed 2':>11} {'drafts/req/step':>16} "
+             f"{'accepted/verified':>18}"]
+    medians: dict[str, float] = {}
+    for policy in policies:
+        runs = cells[phase, n, policy]
+        rates = [c["tok_s"] for c in runs]
+        medians[policy] = statistics.median(rates)
+        ratio = (medians[policy] / statistics.median(base.values()) if policy == AV  # another engine
+                 else statistics.median(c["tok_s"] / base[c["round"]] for c in runs))
+        depth = statistics.mean(drafts_per_request_step(c) for c in runs)
+        verified = sum(c["drafts"]["verified"] if "drafts" in c else c["draft_tokens"] for c in runs)
+        accepted = sum(c["accepted_tokens"] for c in runs) / verified if verified else float("nan")
+        lines.append(f"{policy:<22} {spread(rates):>24} {ratio:>11.3f} {depth:>16.2f} {accepted:>18.3f}")
+    return lines, medians
+
+
+def noise_floor(medians: Mapping[str, Mapping[str, float]]) -> float:
+    """The largest difference between two of our policies that verify the same depths in a phase."""
+    return max(abs(medians[phase][a] / medians[phase][b] - 1) for phase, a, b in SAME_BEHAVIOUR
+               if phase in medians and a in medians[phase] and b in medians[phase])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("resdir", type=Path)
+    args = parser.parse_args(argv)
+    read: list[str] = []
+    spec = read_engine(args.resdir / "e2e-spec.json", read) or {}
+    av = read_engine(args.resdir / "e2e-av.json", read) or {}
+    cells = cells_of([spec, av])
+    found = read + (problems(spec, av, cells) if spec and av else [])
+    if spec and av and not found:
+        policies = [*dict.fromkeys(c["policy"] for c in spec["cells"]), AV]
+        for n in sorted({n for _, n, _ in cells}):
+            medians = {}
+            for phase in PHASES:
+                if (phase, n, BASELINE) in cells:
+                    lines, medians[phase] = table(cells, phase, n, policies)
+                    print(f"\n{phase}, {n} running request(s): steady decode tok/s\n" + "\n".join(lines))
+            print(f"noise floor of x{n} (our policies that verify the same depths): {noise_floor(medians):.1%}")
+        print(f"\ndraft_depth with enable_adaptive_verification: {av['composition']}")
+    for problem in found:
+        print("FAIL:", problem)
+    print("\nside by side:", "FAILED" if found or not (spec and av) else "passes")
+    return 1 if found or not (spec and av) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""bench/side_by_side.py, upstream vLLM's adaptive verification beside our draft_depth policies (#34):
+the committed H200 run reprints its report byte for byte and passes; the same run with one thing
+broken (tokens that differ, a missing round, an eager decode step, a failed engine, the two options
+accepted together) fails, each named."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import side_by_side
+
+RUN = Path(__file__).resolve().parents[2] / "bench/results/h200-upstream-side-by-side"
+
+
+def committed() -> tuple[dict[str, Any], dict[str, Any]]:
+    return (json.loads((RUN / "e2e-spec.json").read_text()), json.loads((RUN / "e2e-av.json").read_text()))
+
+
+def write(resdir: Path, spec: dict[str, Any], av: dict[str, Any]) -> Path:
+    (resdir / "e2e-spec.json").write_text(json.dumps(spec))
+    (resdir / "e2e-av.json").write_text(json.dumps(av))
+    return resdir
+
+
+def test_the_committed_run_reprints_its_report_and_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert side_by_side.main([str(RUN)]) == 0
+    out = capsys.readouterr().out
+    assert out == (RUN / "report.txt").read_text()
+    rows = [line for line in out.splitlines() if line.startswith("adaptive verification ")]
+    assert "side by side: passes" in out and len(rows) == 5  # one a table
+
+
+def test_the_committed_run_verified_what_each_side_chose() -> None:
+    """Adaptive verification trimmed drafts while reasoning (its budget below the 2 scheduled) and kept
+    them while answering; phase 0/2 verified none while reasoning: the tables compare real choices."""
+    spec, av = committed()
+    cells = side_by_side.cells_of([spec, av])
+    mean = {key: sum(map(side_by_side.drafts_per_request_step, runs)) / len(runs) for key, runs in cells.items()}
+    assert mean["reasoning", 2, side_by_side.AV] < 1.9 < mean["answer", 2, side_by_side.AV]
+    assert mean["reasoning", 1, "phase 0/2"] == 0 and mean["answer", 1, "phase 0/2"] == 2
+
+
+def break_tokens(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    av["cells"][0]["tokens"][0][-1] += 1
+
+
+def drop_round(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    spec["cells"] = [c for c in spec["cells"] if not (c["policy"] == "adaptive" and c["round"] == 3)]
+
+
+def eager_step(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    av["decode_steps"]["eager"] = {"3": 1}
+
+
+def engine_failed(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    av.update(ok=False, error="AttributeError('no kernel')")
+
+
+def both_accepted(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    av["composition"] = "accepted"
+
+
+@pytest.mark.parametrize("breaks, message", [
+    (break_tokens, "greedy tokens differ between cells"),
+    (drop_round, "adaptive: 4 of 5 rounds measured"),
+    (eager_step, "adaptive verification engine: eager decode steps"),
+    (engine_failed, "e2e-av.json: the engine did not finish"),
+    (both_accepted, "draft_depth with enable_adaptive_verification: accepted (expected a refusal naming both)"),
+])
+def test_the_report_fails_closed(breaks: Any, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec, av = copy.deepcopy(committed())
+    breaks(spec, av)
+    assert side_by_side.main([str(write(tmp_path, spec, av))]) == 1
+    out = capsys.readouterr().out
+    assert message in out and "side by side: FAILED" in out
+
+
+def test_a_missing_engine_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec, _ = committed()
+    (tmp_path / "e2e-spec.json").write_text(json.dumps(spec))
+    assert side_by_side.main([str(tmp_path)]) == 1
+    assert "e2e-av.json" in capsys.readouterr().out
