@@ -238,7 +238,8 @@ def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count, tokens:
     (t0, made0, *_), (t1, made1, *_) = marks[first], marks[last]
     steps = log.by_depth(t0, t1)
     window = [b - a for a, b in zip(made0, made1)]
-    return {**({"drafts": budgets.window(t0, t1)} if budgets else {}),"tok_s": sum(window) / (t1 - t0) if t1 > t0 else None, "window_tokens": sum(window),
+    return {**({"drafts": budgets.window(t0, t1)} if budgets else {}),  # av: the drafts vLLM verified
+            "tok_s": sum(window) / (t1 - t0) if t1 > t0 else None, "window_tokens": sum(window),
             "window_tokens_by_request": window, "window_s": round(t1 - t0, 4),
             "tokens": [list(latest[i].outputs[0].token_ids) for i in range(len(prompt_ids))],
             "steps": {d: {"n": len(v), "median_ms": 1000 * statistics.median(v)} for d, v in sorted(steps.items())}}

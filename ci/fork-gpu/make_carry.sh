@@ -10,6 +10,8 @@
 #     (requirements/common.txt: fastapi < 0.137, llguidance < 1.8, xgrammar == 0.2.8, oss-harmony
 #     for openai_harmony; the versions its CPU engine venv resolved). Carry that one folder:
 #     run(command='TARGET=vllm bash ci/fork-gpu/run "dense-eager ..."', carry=[".upstream"]).
+#     UPSTREAM=vllm: the series' own target instead (vLLM 0.34.0; prepare_fork.py knows its edits;
+#     the same wheels, checked on CPU by cpu_check.py only, not yet run on a GPU).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
@@ -29,7 +31,7 @@ COMMON="annotated-types==0.8.0 apache-tvm-ffi==0.1.15.post2 cachetools==8.0.2 cb
 if [ "$TARGET" = vllm ]; then
   rm -rf .upstream trees/vllm-gpu && mkdir -p .upstream/whl
   printf '*\n' > .upstream/.gitignore  # git ignores the folder: carry it by name
-  $PY build.py apply --target vllm-cpu-engine --dir trees/vllm-gpu -q
+  $PY build.py apply --target "${UPSTREAM:-vllm-cpu-engine}" --dir trees/vllm-gpu -q
   tar czf .upstream/vllm.tgz -C trees/vllm-gpu vllm
   download .upstream/whl $COMMON fastapi==0.136.3 llguidance==1.7.6 xgrammar==0.2.8 oss-harmony==0.0.11
   du -shc .upstream/vllm.tgz .upstream/whl

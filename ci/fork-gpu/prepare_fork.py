@@ -5,16 +5,19 @@ platform probe reads. One set per target (TARGET in make_carry.sh and run):
 lvllmds4-x (the default): the fork. Stubs: stubs/*.py (_C, _C_stable_libtorch,
   _moe_C_stable_libtorch, the fork's _version); EDITS; an lvllmds4-x dist-info (the
   fork's platform probe reads that distribution's version).
-vllm: upstream vLLM 0.32.0 patched by our series. Its CUDA platform imports only
+vllm: upstream vLLM patched by our series (0.32.0, or 0.34.0: the release is read from the
+  tree's _version.py, and its edits are UPSTREAM_EDITS[release]). Its CUDA platform imports only
   _C_stable_libtorch, which registers the `_C` ops there: stubs/upstream/ holds that
   stand-in (it imports stubs/_C.py, placed beside it, whose norms already take upstream's
   optional weight). No _moe_C stand-in (upstream's topk schemas differ from the fork's,
   and the dense cases route no experts) and no _version (the sdist has its own). The same
-  four edits: each text is in upstream 0.32.0 once, for the same reason (UPSTREAM_EDITS).
-  A vllm dist-info: upstream's probe reads version("vllm"), CUDA unless it names `cpu`.
+  four edits: each text is in upstream once, for the same reason (UPSTREAM_EDITS).
+  A vllm dist-info of the tree's release: upstream's probe reads version("vllm"), CUDA unless it
+  names `cpu`.
 
 Usage: prepare_fork.py FORKDIR SITEDIR [lvllmds4-x|vllm]   (then put FORKDIR and SITEDIR on PYTHONPATH)"""
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -23,6 +26,22 @@ STUBS = Path(__file__).parent / "stubs"
 NO_FUSION_PASSES = (
     "    except (ImportError, AttributeError):  # ds4x GPU harness: no compiled _C ops\n"
 )
+
+
+def no_minimax_warmup(indent: str) -> tuple[str, str, str]:
+    """kernel_warmup()'s MiniMax-M3 import, at its indent: its chain reads compiled _C ops (and on
+    0.34.0 imports the CuTe DSL) at module level; a no-op warm-up instead."""
+    i = indent
+    return ("model_executor/warmup/kernel_warmup.py",
+            f"{i}from vllm.model_executor.warmup.minimax_m3_msa_warmup import (\n"
+            f"{i}    minimax_m3_msa_warmup,\n"
+            f"{i})\n",
+            f"{i}try:\n"
+            f"{i}    from vllm.model_executor.warmup.minimax_m3_msa_warmup import (\n"
+            f"{i}        minimax_m3_msa_warmup,\n"
+            f"{i}    )\n" + i[4:] + NO_FUSION_PASSES +
+            f"{i}    def minimax_m3_msa_warmup(worker):\n"
+            f"{i}        return None\n")
 def no_model_tag(drafter: str) -> tuple[str, str, str]:
     """A drafter's loader imports set_model_tag through compilation.backends, whose fusion
     passes read _C ops at import; a no-op with compilation mode NONE."""
@@ -40,17 +59,7 @@ EDITS = [
     ("vllm_flash_attn/__init__.py",
      "if not (FA2_AVAILABLE or FA3_AVAILABLE):\n    raise ImportError(",
      "if False:  # ds4x GPU harness: compiled flash-attn absent\n    raise ImportError("),
-    # the MiniMax-M3 warm-up's import chain reads compiled _C ops at module level
-    ("model_executor/warmup/kernel_warmup.py",
-     "    from vllm.model_executor.warmup.minimax_m3_msa_warmup import (\n"
-     "        minimax_m3_msa_warmup,\n"
-     "    )\n",
-     "    try:\n"
-     "        from vllm.model_executor.warmup.minimax_m3_msa_warmup import (\n"
-     "            minimax_m3_msa_warmup,\n"
-     "        )\n" + NO_FUSION_PASSES +
-     "        def minimax_m3_msa_warmup(worker):\n"
-     "            return None\n"),
+    no_minimax_warmup("    "),
     # EAGLE and DFlash loading import set_model_tag through the same chain; a no-op with
     # compilation mode NONE
     *(no_model_tag(drafter) for drafter in ("eagle", "dflash")),
@@ -64,7 +73,8 @@ EDITS = [
 # dispatcher and the speculators need no other edit; upstream's other readers of
 # compilation.backends (gemma4, standalone, extract-hidden-states speculators, the
 # attention selector under adaptive verification) are off the harness's path.
-UPSTREAM_EDITS = EDITS
+# 0.34.0: the same texts, its MiniMax-M3 import one level deeper (under `if current_platform.is_cuda()`)
+UPSTREAM_EDITS = {"0.32.0": EDITS, "0.34.0": [EDITS[0], no_minimax_warmup("        "), *EDITS[2:]]}
 # DSpark's loader too, for the fork's DeepSeek-V4 cases (the upstream cases run no DSpark)
 FORK_EDITS = [*EDITS, no_model_tag("dspark")]
 
@@ -77,25 +87,39 @@ def dist_info(site: Path, name: str, version: str) -> None:
 
 
 TARGETS = {
-    "lvllmds4-x": {"stubs": sorted(STUBS.glob("*.py")), "edits": FORK_EDITS,
-                   "dist": ("lvllmds4-x", "0.23.1.dev0+gb7f99cd.cu130")},
-    "vllm": {"stubs": [STUBS / "_C.py", STUBS / "upstream" / "_C_stable_libtorch.py"], "edits": UPSTREAM_EDITS,
-             "dist": ("vllm", "0.32.0+cu130")},
+    "lvllmds4-x": {"stubs": sorted(STUBS.glob("*.py"))},
+    "vllm": {"stubs": [STUBS / "_C.py", STUBS / "upstream" / "_C_stable_libtorch.py"]},
 }
 
 
+def upstream_release(vllm: Path) -> str:
+    """The release of an upstream tree, from the _version.py its sdist ships."""
+    found = re.search(r"__version__ = version = '([^']+)'", (vllm / "_version.py").read_text())
+    if not found or found.group(1) not in UPSTREAM_EDITS:
+        raise SystemExit(f"{vllm}/_version.py: upstream release {found and found.group(1)}; the GPU harness's "
+                         f"stand-ins know {', '.join(UPSTREAM_EDITS)} (prepare_fork.UPSTREAM_EDITS)")
+    return found.group(1)
+
+
+def edits_and_dist(target: str, vllm: Path) -> tuple[list[tuple[str, str, str]], tuple[str, str]]:
+    if target == "vllm":
+        release = upstream_release(vllm)
+        return UPSTREAM_EDITS[release], ("vllm", f"{release}+cu130")
+    return FORK_EDITS, ("lvllmds4-x", "0.23.1.dev0+gb7f99cd.cu130")
+
+
 def main(fork: Path, site: Path, target: str = "lvllmds4-x") -> None:
-    spec = TARGETS[target]
     vllm = fork / "vllm"
-    for stub in spec["stubs"]:
+    edits, dist = edits_and_dist(target, vllm)
+    for stub in TARGETS[target]["stubs"]:
         shutil.copy(stub, vllm / stub.name)
-    for rel, old, new in spec["edits"]:
+    for rel, old, new in edits:
         path = vllm / rel
         text = path.read_text()
         if new not in text:
             assert text.count(old) == 1, f"{rel}: the text to edit is not there once"
             path.write_text(text.replace(old, new))
-    dist_info(site, *spec["dist"])
+    dist_info(site, *dist)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """ci/fork-gpu/prepare_fork.py, which makes a patched vllm/ tree run on the GPU machine without its
 compiled extensions, per target: the fork (lvllmds4-x, unchanged: its four stand-ins, its edits, its
-dist-info) and upstream vLLM 0.32.0 (vllm: the `_C` ops registered from a _C_stable_libtorch stand-in,
+dist-info) and upstream vLLM 0.32.0 or 0.34.0 (vllm: the `_C` ops registered from a _C_stable_libtorch stand-in,
 upstream's own _version kept, no _moe_C stand-in, a vllm dist-info the CUDA probe accepts). The
 upstream edits are checked against the real pinned sdist with our series applied."""
 
@@ -27,21 +27,25 @@ def load() -> ModuleType:
 P = load()
 
 
-def fake_tree(root: Path, edits: list[tuple[str, str, str]]) -> Path:
-    """A vllm/ tree holding each edit's text once, between other lines."""
+def fake_tree(root: Path, edits: list[tuple[str, str, str]], release: str | None = "0.32.0") -> Path:
+    """A vllm/ tree holding each edit's text once, between other lines, and an upstream release's _version.py."""
     for rel, old, _ in edits:
         path = root / "vllm" / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("# before\n" + old + "\n# after\n")
+    if release:
+        (root / "vllm" / "_version.py").write_text(f"__version__ = version = '{release}'\n")
     return root
 
 
-@pytest.mark.parametrize("target", ["lvllmds4-x", "vllm"])
-def test_edits_apply_once_and_again_is_a_no_op(tmp_path: Path, target: str) -> None:
-    edits = P.TARGETS[target]["edits"]
-    tree = fake_tree(tmp_path / "tree", edits)
+@pytest.mark.parametrize("target, release", [("lvllmds4-x", None), ("vllm", "0.32.0"), ("vllm", "0.34.0")])
+def test_edits_apply_once_and_again_is_a_no_op(tmp_path: Path, target: str, release: str | None) -> None:
+    edits = P.UPSTREAM_EDITS[release] if release else P.FORK_EDITS
+    tree = fake_tree(tmp_path / "tree", edits, release)
     P.main(tree, tmp_path / "site", target)
     edited = {rel: (tree / "vllm" / rel).read_text() for rel, _, _ in edits}
+    if release:
+        assert (tmp_path / "site" / f"vllm-{release}.dist-info").is_dir()
     for rel, _, new in edits:
         assert new in edited[rel] and edited[rel].count("ds4x GPU harness") == 1, rel
     P.main(tree, tmp_path / "site", target)  # setup.sh may run on a tree already prepared
@@ -49,7 +53,7 @@ def test_edits_apply_once_and_again_is_a_no_op(tmp_path: Path, target: str) -> N
 
 
 def test_the_fork_keeps_its_stand_ins_and_dist_info(tmp_path: Path) -> None:
-    tree = fake_tree(tmp_path / "tree", P.FORK_EDITS)
+    tree = fake_tree(tmp_path / "tree", P.FORK_EDITS, release=None)
     P.main(tree, tmp_path / "site")  # the default target
     assert {p.name for p in (tree / "vllm").glob("*.py")} == {
         "_C.py", "_C_stable_libtorch.py", "_moe_C_stable_libtorch.py", "_version.py"}
@@ -60,8 +64,7 @@ def test_the_fork_keeps_its_stand_ins_and_dist_info(tmp_path: Path) -> None:
 
 
 def test_upstream_gets_its_own_stand_ins_and_a_cuda_vllm_dist_info(tmp_path: Path) -> None:
-    tree = fake_tree(tmp_path / "tree", P.UPSTREAM_EDITS)
-    (tree / "vllm" / "_version.py").write_text("__version__ = version = '0.32.0'\n")
+    tree = fake_tree(tmp_path / "tree", P.UPSTREAM_EDITS["0.32.0"])
     P.main(tree, tmp_path / "site", "vllm")
     assert {p.name for p in (tree / "vllm").glob("*.py")} == {"_C.py", "_C_stable_libtorch.py", "_version.py"}
     assert (tree / "vllm" / "_version.py").read_text() == "__version__ = version = '0.32.0'\n"
@@ -73,7 +76,7 @@ def test_upstream_gets_its_own_stand_ins_and_a_cuda_vllm_dist_info(tmp_path: Pat
 
 
 def test_a_missing_text_names_its_file(tmp_path: Path) -> None:
-    tree = fake_tree(tmp_path / "tree", P.UPSTREAM_EDITS)
+    tree = fake_tree(tmp_path / "tree", P.UPSTREAM_EDITS["0.32.0"])
     (tree / "vllm" / "vllm_flash_attn" / "__init__.py").write_text("# another version\n")
     with pytest.raises(AssertionError, match="vllm_flash_attn/__init__.py"):
         P.main(tree, tmp_path / "site", "vllm")
@@ -105,7 +108,7 @@ print("ok")
 
 def test_upstream_stand_in_registers_the_ops_with_upstreams_schemas(tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="runs the stand-in schemas in torch, which this Python lacks")
-    tree = fake_tree(tmp_path / "tree", P.UPSTREAM_EDITS)
+    tree = fake_tree(tmp_path / "tree", P.UPSTREAM_EDITS["0.32.0"])
     (tree / "vllm" / "__init__.py").write_text("")
     P.main(tree, tmp_path / "site", "vllm")
     done = subprocess.run([sys.executable, "-c", UPSTREAM_OPS], capture_output=True, text=True,
@@ -113,12 +116,20 @@ def test_upstream_stand_in_registers_the_ops_with_upstreams_schemas(tmp_path: Pa
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
+def test_an_upstream_release_without_edits_is_refused_by_name(tmp_path: Path) -> None:
+    tree = fake_tree(tmp_path / "tree", P.UPSTREAM_EDITS["0.32.0"], release="0.35.0")
+    with pytest.raises(SystemExit, match=r"upstream release 0\.35\.0; the GPU harness's stand-ins know 0\.32\.0, 0\.34\.0"):
+        P.main(tree, tmp_path / "site", "vllm")
+
+
 @pytest.mark.network
-def test_upstream_edits_apply_to_the_pinned_sdist_with_our_series(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target, release", [("vllm-cpu-engine", "0.32.0"), ("vllm", "0.34.0")])
+def test_upstream_edits_apply_to_the_pinned_sdist_with_our_series(tmp_path: Path, target: str, release: str) -> None:
     tree = tmp_path / "vllm-gpu"
-    # the GPU stand-ins are written for the CPU engine target (vLLM 0.32.0), which make_carry.sh applies
-    assert ds4x(["apply", "--target", "vllm-cpu-engine", "--dir", str(tree), "-q"]) == 0
-    for rel, old, _ in P.UPSTREAM_EDITS:
+    # make_carry.sh applies the CPU engine target (0.32.0), or with UPSTREAM=vllm the series' own (0.34.0)
+    assert ds4x(["apply", "--target", target, "--dir", str(tree), "-q"]) == 0
+    assert P.upstream_release(tree / "vllm") == release
+    for rel, old, _ in P.UPSTREAM_EDITS[release]:
         assert (tree / "vllm" / rel).read_text().count(old) == 1, rel
     P.main(tree, tmp_path / "site", "vllm")
     cuda = (tree / "vllm" / "platforms" / "cuda.py").read_text()
