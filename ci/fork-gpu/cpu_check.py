@@ -64,8 +64,9 @@ def force_cuda_platform() -> None:
 def check_imports() -> int:
     bad = 0
     import vllm
+    from packaging.version import Version
 
-    has_v1 = (Path(vllm.__file__).parent / "v1" / "worker" / "gpu_model_runner.py").is_file()
+    has_v1 = FORK or Version(vllm.__version__).release < (0, 34)
     for name in MODULES + (V1_MODULES if has_v1 else []):
         try:
             importlib.import_module(name)

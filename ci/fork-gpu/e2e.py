@@ -120,7 +120,7 @@ def composition() -> str:
     try:
         LLM(**kw)  # refused while its config is made, before any weight or memory
     except Exception as e:  # the refusal is the answer
-        return f"refused: {e}"
+        return f"refused: {type(e).__name__}: {e}"
     return "accepted"
 
 

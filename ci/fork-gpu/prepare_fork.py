@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 STUBS = Path(__file__).parent / "stubs"
-NO_FUSION_PASSES = (
+NO_FUSION_PASSES = (  # at a function's top level (4 spaces); deeper: prefix the extra indent
     "    except (ImportError, AttributeError):  # ds4x GPU harness: no compiled _C ops\n"
 )
 
@@ -42,6 +42,8 @@ def no_minimax_warmup(indent: str) -> tuple[str, str, str]:
             f"{i}    )\n" + i[4:] + NO_FUSION_PASSES +
             f"{i}    def minimax_m3_msa_warmup(worker):\n"
             f"{i}        return None\n")
+
+
 def no_model_tag(drafter: str) -> tuple[str, str, str]:
     """A drafter's loader imports set_model_tag through compilation.backends, whose fusion
     passes read _C ops at import; a no-op with compilation mode NONE."""
@@ -86,32 +88,29 @@ def dist_info(site: Path, name: str, version: str) -> None:
     (info / "RECORD").write_text(f"{info.name}/METADATA,,\n")
 
 
-TARGETS = {
-    "lvllmds4-x": {"stubs": sorted(STUBS.glob("*.py"))},
-    "vllm": {"stubs": [STUBS / "_C.py", STUBS / "upstream" / "_C_stable_libtorch.py"]},
-}
-
-
 def upstream_release(vllm: Path) -> str:
     """The release of an upstream tree, from the _version.py its sdist ships."""
-    found = re.search(r"__version__ = version = '([^']+)'", (vllm / "_version.py").read_text())
+    version = vllm / "_version.py"
+    found = re.search(r"__version__ = version = '([^']+)'", version.read_text()) if version.is_file() else None
     if not found or found.group(1) not in UPSTREAM_EDITS:
         raise SystemExit(f"{vllm}/_version.py: upstream release {found and found.group(1)}; the GPU harness's "
                          f"stand-ins know {', '.join(UPSTREAM_EDITS)} (prepare_fork.UPSTREAM_EDITS)")
     return found.group(1)
 
 
-def edits_and_dist(target: str, vllm: Path) -> tuple[list[tuple[str, str, str]], tuple[str, str]]:
+def target_setup(target: str, vllm: Path) -> tuple[list[Path], list[tuple[str, str, str]], tuple[str, str]]:
+    """A target's stand-ins, text edits and dist-info (name, version)."""
     if target == "vllm":
         release = upstream_release(vllm)
-        return UPSTREAM_EDITS[release], ("vllm", f"{release}+cu130")
-    return FORK_EDITS, ("lvllmds4-x", "0.23.1.dev0+gb7f99cd.cu130")
+        stubs = [STUBS / "_C.py", STUBS / "upstream" / "_C_stable_libtorch.py"]
+        return stubs, UPSTREAM_EDITS[release], ("vllm", f"{release}+cu130")
+    return sorted(STUBS.glob("*.py")), FORK_EDITS, ("lvllmds4-x", "0.23.1.dev0+gb7f99cd.cu130")
 
 
 def main(fork: Path, site: Path, target: str = "lvllmds4-x") -> None:
     vllm = fork / "vllm"
-    edits, dist = edits_and_dist(target, vllm)
-    for stub in TARGETS[target]["stubs"]:
+    stubs, edits, dist = target_setup(target, vllm)
+    for stub in stubs:
         shutil.copy(stub, vllm / stub.name)
     for rel, old, new in edits:
         path = vllm / rel

@@ -65,12 +65,52 @@ def both_accepted(spec: dict[str, Any], av: dict[str, Any]) -> None:
     av["composition"] = "accepted"
 
 
+def another_error(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    """An unrelated start-up error whose text echoes both options (as pydantic's does) is no refusal."""
+    av["composition"] = "refused: CUDA out of memory; input draft_depth=..., enable_adaptive_verification=True"
+
+
+def drop_policy(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    spec["cells"] = [c for c in spec["cells"] if c["policy"] != "adaptive"]
+
+
+def drop_mixed(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    for run in (spec, av):
+        run["cells"] = [c for c in run["cells"] if c["phase"] != "mixed"]
+
+
+def drop_two_requests(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    for run in (spec, av):
+        run["cells"] = [c for c in run["cells"] if c["requests"] != 2]
+
+
+def one_av_round(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    av["cells"] = [c for c in av["cells"] if c["round"] == 0]
+
+
+def no_budget_logged(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    for cell in av["cells"]:
+        cell["drafts"] = {"steps": 0, "verified": 0, "scheduled": 0}
+
+
+def acceptance_off(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    for cell in spec["cells"]:
+        cell["accepted_tokens"] = cell["draft_tokens"]
+
+
 @pytest.mark.parametrize("breaks, message", [
     (break_tokens, "greedy tokens differ between cells"),
     (drop_round, "adaptive: 4 of 5 rounds measured"),
     (eager_step, "adaptive verification engine: eager decode steps"),
     (engine_failed, "e2e-av.json: the engine did not finish"),
-    (both_accepted, "draft_depth with enable_adaptive_verification: accepted (expected a refusal naming both)"),
+    (both_accepted, "draft_depth with enable_adaptive_verification: accepted (expected our refusal"),
+    (another_error, "CUDA out of memory"),
+    (drop_policy, "reasoning x1 adaptive: 0 of 5 rounds measured"),
+    (drop_mixed, "mixed x2 adaptive verification: 0 of 5 rounds measured"),
+    (drop_two_requests, "answer x2 fixed 2: 0 of 5 rounds measured"),
+    (one_av_round, "rounds measured: draft_depth [0, 1, 2, 3, 4], adaptive verification [0]"),
+    (no_budget_logged, "a cell with no draft budget logged"),
+    (acceptance_off, "reasoning: acceptance at depth 2 measured 1.0, set 0.4"),
 ])
 def test_the_report_fails_closed(breaks: Any, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec, av = copy.deepcopy(committed())
