@@ -11,13 +11,15 @@ Prints per phase (reasoning, answer, and the mixed batch of one of each) and run
   the other, so that ratio carries the two engines' difference too);
 - the drafts each request verified a step: ours from the steps' verified depths, adaptive
   verification's from the budget it chose each step;
-- vLLM's accepted tokens per verified draft (adaptive verification counts the drafts it trimmed as
-  drafted and rejected, so its own acceptance figure is not comparable);
+- vLLM's own accepted / drafted (adaptive verification counts the drafts it trimmed as drafted and
+  rejected, so its figure reads low);
 - the run's noise floor (policies that verify the same depths, same engine);
 - what the engine did with draft_depth and enable_adaptive_verification both set.
-Fails closed (exit 1): a missing or failed engine, a cell missing in some round, greedy tokens
-that differ between two cells of a phase and request count (across both engines), an eager decode
-step, and any composition other than a refusal at start-up that names both options.
+Fails closed (exit 1): a missing or failed engine; any policy, phase, request count or mixed batch
+missing in some round of either engine, or an adaptive-verification cell with no budget logged;
+greedy tokens that differ between two cells of a phase and request count (across both engines); an
+eager decode step; graphs not replayed at every depth, or the drafter not after depth 0; acceptance
+off its set figure; and any composition other than our refusal at start-up.
 
     python -m bench.side_by_side RESDIR
 """
