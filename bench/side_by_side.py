@@ -37,11 +37,12 @@ from typing import Any
 
 from bench.counters import HarnessCounters
 from bench.e2e_decode import ACCEPTANCE_SLACK, BASELINE, K, acceptance, decode_problems, noise_floor, read_engine
+from bench.e2e_decode import PHASES as PURE
 from bench.e2e_mixed import MIXED, spread
 from ds4x.core import depth_sim as sim
 
 AV = "adaptive verification"
-PHASES = ("reasoning", "answer", MIXED)
+PHASES = (*PURE, MIXED)
 REQUESTS = (1, 2)  # ci/fork-gpu/side_by_side: E2E_REQUESTS' default
 # the one error of vllm.ds4x.composition (overlay/vllm-common), not any error that names both options
 REFUSAL = "both choose how many drafts each request verifies, and do not run together"
@@ -60,7 +61,7 @@ def cells_of(runs: Sequence[Mapping[str, Any]]) -> Cells:
 def expected(spec: Mapping[str, Any]) -> list[tuple[str, int, str]]:
     """Every cell a round must hold: each phase at 1 and 2 requests and the mixed batches the draft_depth
     engine planned, for each of our policies and adaptive verification."""
-    grid = [(phase, n) for phase in PHASES[:2] for n in REQUESTS] + [(MIXED, n) for n in spec.get("mixed", [])]
+    grid = [(phase, n) for phase in PURE for n in REQUESTS] + [(MIXED, n) for n in spec.get("mixed", [])]
     return [(phase, n, policy) for phase, n in grid for policy in [*sim.policies(K), AV]]
 
 
@@ -95,7 +96,7 @@ def problems(spec: Mapping[str, Any], av: Mapping[str, Any], cells: Cells) -> li
         found.append("adaptive verification engine: no decode step replayed a graph")
     if not ours.drafter_after.get("1"):
         found.append("draft_depth engine: the drafter replayed no graph after depth-0 steps")
-    for phase in PHASES[:2]:
+    for phase in PURE:
         got, want = acceptance(cells, phase), spec.get("acceptance_set", {}).get(phase)
         if got is None or want is None or abs(got - want) > ACCEPTANCE_SLACK:
             found.append(f"{phase}: acceptance at depth {K} measured {got}, set {want}")

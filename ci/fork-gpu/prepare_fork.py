@@ -56,16 +56,21 @@ def no_model_tag(drafter: str) -> tuple[str, str, str]:
             "            return contextlib.nullcontext()\n")
 
 
-EDITS = [
-    # vllm_flash_attn raises ImportError without FA2/FA3; TRITON_ATTN is used instead
-    ("vllm_flash_attn/__init__.py",
-     "if not (FA2_AVAILABLE or FA3_AVAILABLE):\n    raise ImportError(",
-     "if False:  # ds4x GPU harness: compiled flash-attn absent\n    raise ImportError("),
-    no_minimax_warmup("    "),
-    # EAGLE and DFlash loading import set_model_tag through the same chain; a no-op with
-    # compilation mode NONE
-    *(no_model_tag(drafter) for drafter in ("eagle", "dflash")),
-]
+def harness_edits(warmup_indent: str) -> list[tuple[str, str, str]]:
+    """The edits of a tree whose kernel_warmup() imports the MiniMax-M3 warm-up at `warmup_indent`."""
+    return [
+        # vllm_flash_attn raises ImportError without FA2/FA3; TRITON_ATTN is used instead
+        ("vllm_flash_attn/__init__.py",
+         "if not (FA2_AVAILABLE or FA3_AVAILABLE):\n    raise ImportError(",
+         "if False:  # ds4x GPU harness: compiled flash-attn absent\n    raise ImportError("),
+        no_minimax_warmup(warmup_indent),
+        # EAGLE and DFlash loading import set_model_tag through the same chain; a no-op with
+        # compilation mode NONE
+        *(no_model_tag(drafter) for drafter in ("eagle", "dflash")),
+    ]
+
+
+EDITS = harness_edits("    ")
 # Upstream 0.32.0, against the fork: vllm_flash_attn/__init__.py raises the same ImportError
 # (upstream adds compile_flash_attn_varlen_func_from_specs above it); kernel_warmup() opens
 # with the same function-level MiniMax-M3 import (its chain, models/minimax_m3 ->
@@ -73,10 +78,11 @@ EDITS = [
 # load_dflash_model open with the same function-level set_model_tag import
 # (compilation.backends -> pass_manager -> fusion passes). Model runner v2 and v1, the
 # dispatcher and the speculators need no other edit; upstream's other readers of
-# compilation.backends (gemma4, standalone, extract-hidden-states speculators, the
-# attention selector under adaptive verification) are off the harness's path.
-# 0.34.0: the same texts, its MiniMax-M3 import one level deeper (under `if current_platform.is_cuda()`)
-UPSTREAM_EDITS = {"0.32.0": EDITS, "0.34.0": [EDITS[0], no_minimax_warmup("        "), *EDITS[2:]]}
+# compilation.backends (gemma4, standalone, extract-hidden-states speculators) are off the
+# harness's path, and the attention selector's, under adaptive verification, imports it whole
+# over stubs/upstream's declared ops. 0.34.0: the same texts, its MiniMax-M3 import one level
+# deeper (under `if current_platform.is_cuda()`).
+UPSTREAM_EDITS = {"0.32.0": EDITS, "0.34.0": harness_edits("        ")}
 # DSpark's loader too, for the fork's DeepSeek-V4 cases (the upstream cases run no DSpark)
 FORK_EDITS = [*EDITS, no_model_tag("dspark")]
 

@@ -19,3 +19,7 @@ python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_devic
 # in each GPU worker where unset. The harness runs the engine in-process
 # (VLLM_ENABLE_V1_MULTIPROCESSING=0), where torch would keep a thread a core beside lk_moe's LK_THREADS.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Every engine the harness starts: offline, no NVLink multicast (this workplace's machines), vLLM's
+# own sampler (FlashInfer's is not in the image)
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_CACHE_ROOT=/tmp/vllm_cache
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 VLLM_USE_FLASHINFER_SAMPLER=0

@@ -155,6 +155,23 @@ def engine_json(python: Path, module: str, *args: object, timeout: int = 900, en
     return dict(json.loads(stdout.strip().splitlines()[-1]))
 
 
+def harness_cpu_check(python: Path, tree: Path, tmp: Path, models: tuple[str, str], cases: list[str],
+                      target: str = "lvllmds4-x") -> str:
+    """ci/fork-gpu/cpu_check.py on a patched vllm/ tree, as the GPU machine would run the cases: the tree
+    prepared by prepare_fork.py for `target`, the models written by `models` (a harness script, and the
+    folder under tmp/models it writes to); its stdout, asserted to exit 0."""
+    harness, site = ROOT / "ci" / "fork-gpu", tmp / "site"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (harness, ROOT)))}
+    subprocess.run([python, harness / "prepare_fork.py", tree, site, target], check=True, env=env)
+    script, dest = models
+    subprocess.run([python, harness / script, tmp / "models" / dest], check=True, env=env, capture_output=True)
+    env.update(PYTHONPATH=os.pathsep.join(map(str, (tree, site, ROOT, harness))), DS4X_GPU_TARGET=target)
+    done = subprocess.run([python, harness / "cpu_check.py", tmp / "models", *cases], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
 @pytest.fixture(scope="session")
 def lk_python() -> Path:
     """A Python 3.12 venv with lk_moe (cp312 wheels only), kept in the ds4x cache

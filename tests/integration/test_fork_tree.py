@@ -14,7 +14,7 @@ import pytest
 
 from ds4x import sources
 from ds4x.cli import main
-from tests.integration.conftest import engine_json
+from tests.integration.conftest import engine_json, harness_cpu_check
 from tests.integration.test_scheduler_depth import check_per_request
 
 FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
@@ -160,20 +160,12 @@ def test_deepseek_v4_dspark_cases_configure_with_the_forks_reasoning_markers(
     on the CUDA platform forced on the CPU: the config is accepted (fp8_ds_mla KV, DSpark,
     FULL_DECODE_ONLY) and the phase tracker finds the fork's deepseek_v4 markers, which its
     parser gives only with thinking on (without it the policy never saw an answer)."""
-    root = Path(__file__).parents[2]
-    harness, tree, site = root / "ci" / "fork-gpu", tmp_path / "fork", tmp_path / "site"
+    tree = tmp_path / "fork"
     shutil.copytree(patched_fork / "vllm", tree / "vllm")  # prepare_fork edits the tree it is given
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (harness, root)))}
-    subprocess.run([engine_python, harness / "prepare_fork.py", tree, site], check=True, env=env)
-    subprocess.run([engine_python, harness / "dsv4_model.py", tmp_path / "models" / "dsv4"], check=True, env=env,
-                   capture_output=True)
-    env["PYTHONPATH"] = os.pathsep.join(map(str, (tree, site, root, harness)))
-    done = subprocess.run([engine_python, harness / "cpu_check.py", tmp_path / "models", "dsv4-eager", "dsv4-phase02"],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "ok   dsv4-phase02 v2 FULL_DECODE_ONLY" in done.stdout
+    out = harness_cpu_check(engine_python, tree, tmp_path, ("dsv4_model.py", "dsv4"), ["dsv4-eager", "dsv4-phase02"])
+    assert "ok   dsv4-phase02 v2 FULL_DECODE_ONLY" in out
     # engine/tiny_model.py's <think> = 1 and </think> = 2, then the tool-call marker's tokens
-    assert "phase markers: start [(1,)] end [(2,), (" in done.stdout
+    assert "phase markers: start [(1,)] end [(2,), (" in out
 
 
 def test_the_marlin_moe_build_binds_the_forks_ops_and_generates_only_the_mxfp4_kernels(

@@ -6,17 +6,13 @@ LLM(...) up to the engine: what would fail first on the GPU machine fails here."
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from ds4x.cli import main
-
-ROOT = Path(__file__).resolve().parents[2]
-HARNESS = ROOT / "ci" / "fork-gpu"
+from tests.integration.conftest import harness_cpu_check
 
 
 @pytest.mark.slow
@@ -24,15 +20,9 @@ HARNESS = ROOT / "ci" / "fork-gpu"
 @pytest.mark.parametrize("target, release", [("vllm-cpu-engine", "0.32.0"), ("vllm", "0.34.0")])
 def test_the_upstream_cases_configure_on_a_forced_cuda_platform(target: str, release: str, engine_python: Path,
                                                                 tmp_path: Path) -> None:
-    tree, site, models = tmp_path / "tree", tmp_path / "site", tmp_path / "models"
+    tree = tmp_path / "tree"
     assert main(["apply", "--target", target, "--dir", str(tree), "-q"]) == 0
     shutil.rmtree(tree / ".git")  # prepare_fork edits a plain tree, as make_carry.sh packs it
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (HARNESS, ROOT)))}
-    subprocess.run([engine_python, HARNESS / "prepare_fork.py", tree, site, "vllm"], check=True, env=env)
-    subprocess.run([engine_python, HARNESS / "tiny_models.py", models], check=True, env=env, capture_output=True)
-    env.update(PYTHONPATH=os.pathsep.join(map(str, (tree, site, ROOT, HARNESS))), DS4X_GPU_TARGET="vllm")
-    done = subprocess.run([engine_python, HARNESS / "cpu_check.py", models, "dense-phase02"],
-                          capture_output=True, text=True, env=env, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert f"vllm {release} from {tree}" in done.stdout
-    assert "ok   dense-phase02 v2 FULL_DECODE_ONLY TRITON_ATTN query lengths [1, 3]" in done.stdout
+    out = harness_cpu_check(engine_python, tree, tmp_path, ("tiny_models.py", "."), ["dense-phase02"], target="vllm")
+    assert f"vllm {release} from {tree}" in out
+    assert "ok   dense-phase02 v2 FULL_DECODE_ONLY TRITON_ATTN query lengths [1, 3]" in out
