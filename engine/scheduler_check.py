@@ -7,6 +7,7 @@ drafts each step; each decode batch verifies one depth for all its requests.
 A second run has reasoning requests only ("r1", "r2").
 """
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -35,6 +36,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 from engine.policies import POLICIES
 
 BLOCK = 16
+FIELDS = {field.name for field in dataclasses.fields(ModelRunnerOutput)}
 THINK, END_THINK = 1, 2
 K = 2
 
@@ -74,9 +76,10 @@ def request(rid: str, prompt: list[int], extra_args: dict[str, Any] | None = Non
 
 
 def output(ids: list[str], sampled: dict[str, list[int]]) -> ModelRunnerOutput:
-    return ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
-                             sampled_token_ids=[sampled[r] for r in ids], logprobs=None, prompt_logprobs_dict={},
-                             pooler_output=[])
+    # vLLM 0.34.0's ModelRunnerOutput has no req_id_to_index (its scheduler builds it from req_ids)
+    index = {"req_id_to_index": {r: i for i, r in enumerate(ids)}} if "req_id_to_index" in FIELDS else {}
+    return ModelRunnerOutput(req_ids=ids, **index, sampled_token_ids=[sampled[r] for r in ids], logprobs=None,
+                             prompt_logprobs_dict={}, pooler_output=[])
 
 
 def drafts(out: Any, ids: list[str]) -> dict[str, int]:

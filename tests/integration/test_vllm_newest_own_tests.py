@@ -27,6 +27,7 @@ import pytest
 
 from ds4x import pins, sources
 from ds4x.cli import main
+from tests.integration.conftest import ROOT, engine_json
 from tests.integration.test_vllm_own_tests import TEST_FILES, assert_none_only_unpatched, run_trees
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
@@ -135,3 +136,32 @@ def test_every_test_passing_unpatched_passes_patched(runs: dict[str, Any]) -> No
     # 518 of 645 pass on both here; the rest need torchvision (multimodal), a GPU, weights or model configs
     # not in the hub cache
     assert_none_only_unpatched(runs, NEWEST_TEST_FILES, 0.75)
+
+
+def test_the_scheduler_does_on_the_newest_release_what_it_does_on_the_cpu_engines(
+        own_tests_python: Path, newest_trees: dict[str, Path], newest_packages: Path, tiny_model: Path,
+        engine_checks: dict[str, Any]) -> None:
+    """engine/scheduler_check.py (every policy, sync and async, the stats, live timing, per-request
+    verification refused) on 0.34.0's patched Scheduler, the triton-cpu gate only in front: what it
+    scheduled, rolled back and counted equals 0.32.0's, which test_scheduler_depth.py asserts case
+    by case; where adaptive chose on step costs timed on the wall clock, the same invariants hold.
+    0.34.0 dropped ModelRunnerOutput.req_id_to_index and CachedRequestData.resumed_req_ids, which
+    the hooks read up to 0.32.0."""
+    patched = newest_trees["patched"]
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu",
+           "PYTHONPATH": os.pathsep.join(map(str, (patched, newest_packages, ROOT)))}
+    out = engine_json(own_tests_python, "checks", tiny_model, "--scheduler-only", "--import", "ds4x_triton_gate",
+                      env=env)
+    assert out["vllm"] == str(patched / "vllm" / "__init__.py")
+    newest, engine = out["scheduler"], engine_checks["scheduler"]
+    assert untimed(newest) == untimed(engine)
+    live = newest["adaptive"]["live_timing"]
+    assert (live["timed"], live["uneven_timed"]) == (30, 0), live
+    run = newest["adaptive"]["stats_paths"]
+    assert run["counted"] == run["expected"] and run["a1_stopped_mid_step"], run
+
+
+def untimed(scheduler: dict[str, Any]) -> dict[str, Any]:
+    """The scheduler check's output less adaptive's runs on live step timing (its depths follow the clock)."""
+    return {**scheduler, "adaptive": {k: v for k, v in scheduler["adaptive"].items()
+                                      if k not in ("live_timing", "stats_paths")}}

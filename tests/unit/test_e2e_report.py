@@ -191,7 +191,8 @@ def test_the_committed_deepseek_v4_run_fails_closed_on_its_acceptance(capsys: py
 
 
 @pytest.mark.parametrize("run", ["h200-e2e-start", "h200-e2e-warm", "h200-dsv4-e2e", "h200-dsv4-e2e-omp1",
-                                 "h200-dsv4-e2e-10-layers", "h200-dsv4-e2e-mixed-per-request"])
+                                 "h200-dsv4-e2e-10-layers", "h200-dsv4-e2e-mixed-per-request",
+                                 "h200-dsv4-e2e-resident"])
 def test_a_committed_report_reprints_byte_for_byte_from_its_run(run: str, capsys: pytest.CaptureFixture[str]) -> None:
     """bench/results/*/report.txt is what the machine printed (ci/fork-gpu/e2e, speculative engine
     alone, the default seeds); the report read again from the committed files gives the same bytes."""
@@ -210,7 +211,8 @@ def median_step_ms(run: str, requests: int, depth: str) -> float:
 def test_the_deepseek_v4_runs_pass_and_torch_threads_were_what_slowed_two_requests() -> None:
     """The second and third DeepSeek-V4 runs pass the report; with torch's CPU threads at 1 the
     two-request step at depth 0 fell from ~92 ms to ~23 (the first run against the second)."""
-    for run in ("h200-dsv4-e2e-omp1", "h200-dsv4-e2e-10-layers", "h200-dsv4-e2e-mixed-per-request"):
+    for run in ("h200-dsv4-e2e-omp1", "h200-dsv4-e2e-10-layers", "h200-dsv4-e2e-mixed-per-request",
+                "h200-dsv4-e2e-resident"):
         assert e2e_decode.main([str(Path(e2e_decode.__file__).parent / "results" / run), "--spec-only"]) == 0
     before, after = median_step_ms("h200-dsv4-e2e", 2, "0"), median_step_ms("h200-dsv4-e2e-omp1", 2, "0")
     assert before > 3 * after

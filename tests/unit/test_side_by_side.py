@@ -14,11 +14,13 @@ import pytest
 
 from bench import side_by_side
 
-RUN = Path(__file__).resolve().parents[2] / "bench/results/h200-upstream-side-by-side"
+RESULTS = Path(__file__).resolve().parents[2] / "bench/results"
+RUN = RESULTS / "h200-upstream-side-by-side"  # vLLM 0.32.0
+RUN_034 = RESULTS / "h200-upstream-0.34.0-side-by-side"  # vLLM 0.34.0, the series' own target
 
 
-def committed() -> tuple[dict[str, Any], dict[str, Any]]:
-    return (json.loads((RUN / "e2e-spec.json").read_text()), json.loads((RUN / "e2e-av.json").read_text()))
+def committed(run: Path = RUN) -> tuple[dict[str, Any], dict[str, Any]]:
+    return (json.loads((run / "e2e-spec.json").read_text()), json.loads((run / "e2e-av.json").read_text()))
 
 
 def write(resdir: Path, spec: dict[str, Any], av: dict[str, Any]) -> Path:
@@ -27,10 +29,11 @@ def write(resdir: Path, spec: dict[str, Any], av: dict[str, Any]) -> Path:
     return resdir
 
 
-def test_the_committed_run_reprints_its_report_and_passes(capsys: pytest.CaptureFixture[str]) -> None:
-    assert side_by_side.main([str(RUN)]) == 0
+@pytest.mark.parametrize("run", [RUN, RUN_034], ids=["0.32.0", "0.34.0"])
+def test_the_committed_run_reprints_its_report_and_passes(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert side_by_side.main([str(run)]) == 0
     out = capsys.readouterr().out
-    assert out == (RUN / "report.txt").read_text()
+    assert out == (run / "report.txt").read_text()
     rows = [line for line in out.splitlines() if line.startswith("adaptive verification ")]
     assert "side by side: passes" in out and len(rows) == 5  # one a table
 
@@ -43,6 +46,16 @@ def test_the_committed_run_verified_what_each_side_chose() -> None:
     mean = {key: sum(map(side_by_side.drafts_per_request_step, runs)) / len(runs) for key, runs in cells.items()}
     assert mean["reasoning", 2, side_by_side.AV] < 1.9 < mean["answer", 2, side_by_side.AV]
     assert mean["reasoning", 1, "phase 0/2"] == 0 and mean["answer", 1, "phase 0/2"] == 2
+
+
+def test_on_0340_adaptive_verification_kept_every_draft() -> None:
+    """0.34.0's estimator, on this drafter (confident on every draft), set each step's budget to the
+    drafts scheduled: what its README says sets it apart from 0.32.0's run, which trimmed."""
+    _, av = committed(RUN_034)
+    budgets = [cell["drafts"] for cell in av["cells"]]
+    assert len(budgets) == 25 and all(b["steps"] and b["verified"] == b["scheduled"] for b in budgets)
+    _, av_032 = committed()
+    assert any(cell["drafts"]["verified"] < cell["drafts"]["scheduled"] for cell in av_032["cells"])
 
 
 def break_tokens(spec: dict[str, Any], av: dict[str, Any]) -> None:

@@ -45,8 +45,7 @@ class NewRequestView(Protocol):
 
 
 class CachedRequestsView(Protocol):
-    @property
-    def resumed_req_ids(self) -> set[str]: ...
+    """vllm.v1.core.sched.output.CachedRequestData; up to 0.33 it has resumed_req_ids: set[str]."""
 
 
 class SchedulerOutputView(Protocol):
@@ -72,6 +71,11 @@ class RunnerOutputView(Protocol):
     @property
     def req_ids(self) -> list[str]: ...
     @property
-    def req_id_to_index(self) -> dict[str, int]: ...
-    @property
     def sampled_token_ids(self) -> list[list[int]]: ...
+
+
+def resumed_requests(scheduler_output: SchedulerOutputView) -> set[str]:
+    """The step's requests resumed after preemption, not among its new ones: vLLM 0.34.0 re-sends a
+    resumed request in full with the new ones, and its CachedRequestData has no resumed_req_ids."""
+    resumed: set[str] = getattr(scheduler_output.scheduled_cached_reqs, "resumed_req_ids", set())
+    return resumed

@@ -28,7 +28,13 @@ from vllm.ds4x.draft_depth import (
     RequestState,
     configured_draft_depth,
 )
-from vllm.ds4x.scheduler_seams import RequestView, RunnerOutputView, SamplingParamsView, SchedulerOutputView
+from vllm.ds4x.scheduler_seams import (
+    RequestView,
+    RunnerOutputView,
+    SamplingParamsView,
+    SchedulerOutputView,
+    resumed_requests,
+)
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.logger import init_logger
 from vllm.v1.request import RequestStatus
@@ -178,35 +184,38 @@ class DraftDepthScheduling:
         nothing (vllm:spec_decode_num_drafts_by_depth{depth="0"})."""
         self._drafted = None
         own = getattr(scheduler_output, "ds4x_verify_depths", None)  # the fork's SchedulerOutput has it
+        # ModelRunnerOutput.req_id_to_index went in vLLM 0.34.0: its scheduler builds it as here
+        index = {request_id: i for i, request_id in enumerate(runner_output.req_ids)}
         if runner_output.sampled_token_ids:
             spec = scheduler_output.scheduled_spec_decode_tokens
             if own:
                 spec = verify_rows.own_drafts(spec, own, scheduler_output.num_invalid_spec_tokens,
-                                              self._counted(runner_output), stats)
-            self._read_output(scheduler_output, spec, runner_output, requests, stats)
+                                              self._counted(index), stats)
+            self._read_output(scheduler_output, spec, runner_output, index, requests, stats)
             stats = self._tally.unverified(scheduler_output, spec, runner_output, requests, stats, self._lengths)
         for state in self._leaving:
             self.policy.retire(state)
         self._leaving.clear()
         self._time_step(scheduler_output, self._drafted, not own)
-        self.strategy.step_ended(runner_output.req_id_to_index)
+        self.strategy.step_ended(index)
         return stats
 
-    def _counted(self, runner_output: RunnerOutputView) -> Callable[[str], bool]:
-        """Whether vLLM's stats counted a request of the step: it sampled, and was not aborted."""
-        index, lengths, states = runner_output.req_id_to_index, self._lengths, self._states
+    def _counted(self, index: dict[str, int]) -> Callable[[str], bool]:
+        """Whether vLLM's stats counted a request of the step (`index`: its row, by id): it
+        sampled, and was not aborted."""
+        lengths, states = self._lengths, self._states
         return lambda request_id: (i := index.get(request_id)) is not None and bool(lengths[i]) and request_id in states
 
     def _read_output(self, scheduler_output: SchedulerOutputView, spec: dict[str, list[int]],
-                     runner_output: RunnerOutputView, requests: Mapping[str, RequestView],
+                     runner_output: RunnerOutputView, index: dict[str, int], requests: Mapping[str, RequestView],
                      stats: SpecDecodingStats | None) -> None:
-        """`spec`: the drafts each request verified."""
+        """`spec`: the drafts each request verified; `index`: each request's row."""
         ids, sampled = runner_output.req_ids, runner_output.sampled_token_ids
         self._drafted = drafted = uniform_drafts(spec, ids, stats, scheduler_output.num_invalid_spec_tokens)
         if spec:
             self.strategy.learn(ids, spec, self._lengths, drafted)
             if stats is not None:
-                self._tally.count(scheduler_output, spec, runner_output, stats, self._lengths)
+                self._tally.count(scheduler_output, spec, runner_output, index, stats, self._lengths)
         if not self._marked:
             return
         markers = self._markers
@@ -236,7 +245,7 @@ class StepTally:
             return stats
         scheduled, new = scheduler_output.num_scheduled_tokens, scheduler_output.scheduled_new_reqs
         drafted = scheduler_output.scheduled_spec_decode_tokens
-        resumed = scheduler_output.scheduled_cached_reqs.resumed_req_ids  # recomputing, not decoding
+        resumed = resumed_requests(scheduler_output)  # recomputing, not decoding
         fresh = {r.req_id for r in new} | resumed if new or resumed else ()
         count = 0
         for request_id, length in zip(ids, lengths):
@@ -254,7 +263,8 @@ class StepTally:
         return stats
 
     def count(self, scheduler_output: SchedulerOutputView, spec: dict[str, list[int]],
-              runner_output: RunnerOutputView, stats: SpecDecodingStats, lengths: list[int]) -> None:
+              runner_output: RunnerOutputView, index: dict[str, int], stats: SpecDecodingStats,
+              lengths: list[int]) -> None:
         """The step's verifications into its stats by phase and chosen depth:
         vLLM's own totals for the step, less those of every group of requests
         (same phase and chosen depth) but the largest, read one by one. A step
@@ -268,7 +278,7 @@ class StepTally:
         others: dict[int, int] = {}
         if len(groups) > 1:
             largest = max(groups, key=lambda slot: len(groups[slot]))
-            others = self._others(groups, largest, spec, runner_output.req_id_to_index, lengths)
+            others = self._others(groups, largest, spec, index, lengths)
             reached = list(reached)
             for _, _, drafted, count, accepted_all in self.codec.tallies(others):
                 drafts, accepted = drafts - count, accepted - accepted_all
@@ -366,7 +376,7 @@ class StepTimer:
         step_end, self._step_end = self._step_end, now
         if (not whole or step_end is None or not scheduled or len(scheduled) != previous
                 or scheduler_output.scheduled_new_reqs
-                or scheduler_output.scheduled_cached_reqs.resumed_req_ids):
+                or resumed_requests(scheduler_output)):
             return
         total = scheduler_output.total_num_scheduled_tokens
         # the longest: 1 + d when all drafted d, 1 when the total is one a request (none has fewer)
