@@ -10,6 +10,8 @@ Usage: case.py CASE OUTDIR MODELROOT
   LOW_KEEP (drafts.py), so acceptance is low and adaptive must verify fewer than K.
   A mode ending "own" (phase02own, adaptiveown; v2 only) is that policy with each request
   verifying its own depth in the batch's graph (named_policies.per_request_policies).
+  av (TARGET=vllm, v2): no draft_depth; vLLM's own adaptive verification (enable_adaptive_verification,
+  its online acceptance estimator: EAGLE and DFlash have no confidence head) sizes each step.
   dflash: a Qwen3 target with a random DFlash draft (DSpark's family; v2 only).
   dsv4: DeepSeek-V4 with a DSpark draft (dsv4_model.py), MXFP4 experts on lk_moe except the layers
   of LVLLM_GPU_RESIDENT_MOE_LAYERS (dsv4_setup.sh: DSV4_RESIDENT, default 0,1, on the GPU through
@@ -37,6 +39,10 @@ V1 = RUNNER == ["v1"]
 K = 2
 THINK, END_THINK = 1, 2
 LOW_KEEP = 0.25
+AV = "av"
+# Upstream gives DFlash's non-causal draft attention a backend of its own choosing unless one is named:
+# FlashAttention, which the GPU image lacks; 0.34.0's Triton attention, the target's here, runs it too.
+DFLASH_ATTENTION = {"attention_backend": "TRITON_ATTN"} if TARGET == "vllm" else {}
 # reasoning and answering in turn, so that batches of 2 (dsv4's max-num-seqs) mix phases too
 TEXTS = [("Let me think about the file layout", 64, False), ("def add(a, b):", 24, True),
          ("for i in range(10):", 64, False), ("The answer is to call the tool", 24, True)]
@@ -61,12 +67,14 @@ def engine_args(path: str) -> dict:
     if MODE == "eager":
         return {**kw, **EAGER}
     spec = ({"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3, "prompt_lookup_min": 1} if V1
-            else {"method": "dflash", "model": path + "_draft", "num_speculative_tokens": K} if KIND == "dflash"
+            else {"method": "dflash", "model": path + "_draft", "num_speculative_tokens": K, **DFLASH_ATTENTION}
+            if KIND == "dflash"
             else {"method": "dspark", "model": path + "/draft", "num_speculative_tokens": K,
                   "draft_sample_method": "greedy"} if KIND == "dsv4"
             else {"method": "eagle", "model": path + "_eagle", "num_speculative_tokens": K})
-    policy = by_case(MODE.removesuffix("low"), K).draft_depth  # adaptivelow: adaptive at low acceptance
-    if policy is not None:
+    if MODE == AV:
+        spec["enable_adaptive_verification"] = True
+    elif (policy := by_case(MODE.removesuffix("low"), K).draft_depth) is not None:  # adaptivelow: adaptive at low acceptance
         spec["draft_depth"] = policy
     parser = "deepseek_v4" if KIND == "dsv4" else "deepseek_r1"
     return {**kw, **GRAPHS, "reasoning_parser": parser, "speculative_config": spec}

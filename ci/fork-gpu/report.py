@@ -9,7 +9,9 @@ one) and never ran _cpu_prefill in a decode step; dsv4 cases with GPU-resident l
 (LVLLM_GPU_RESIDENT_MOE_LAYERS) placed exactly those, ran them through the fork's Marlin MoE
 backend (the RTX 5090's choice) and called it; on model runner v2 the drafter replayed
 its graphs after depth-0 steps whenever there were any, and DFlash's drafter its own
-graphs. Exit 1 on any failure.
+graphs. An "av" case (vLLM's adaptive verification) schedules every step at 1 + K and verifies
+within it on variable-length graphs: those must have replayed, and no decode step run eagerly.
+Exit 1 on any failure.
 
 Usage: report.py RESDIR (with the checkout root on PYTHONPATH, as setup.sh sets it)"""
 
@@ -23,6 +25,7 @@ from ds4x.core.named_policies import OWN_CASE, by_case
 
 K = 2  # case.py's num_speculative_tokens
 LOW = "low"  # a case name's suffix: its policy at low acceptance (case.py's adaptivelow)
+AV = "av"  # case.py's mode for vLLM's adaptive verification
 MOE_LAYERS = {"moe": 2, "dsv4": 3}  # lk_moe layers of the target: tiny_models.py's MoE, dsv4_model.py's
 
 
@@ -39,6 +42,16 @@ def query_lengths(mode: str) -> tuple[set[str], set[str]]:
 
 def check_graphs(case: str, counters: HarnessCounters) -> list[str]:
     kind, mode, ngram = *case.split("-")[:2], case.endswith("-v1")
+    problems = check_adaptive_verification(counters) if mode == AV else check_depths(mode, ngram, counters)
+    if kind in ("dflash", "dsv4") and not sum(counters.replays.get("DFlashCudaGraphManager", {}).values()):
+        problems.append("the DFlash-family drafter replayed none of its own graphs")
+    if mode.endswith(OWN_CASE) and not sum(counters.own_depth_steps.values()):
+        problems.append("no decode step had a request verifying less than the batch (no row masked)")
+    return problems
+
+
+def check_depths(mode: str, ngram: bool, counters: HarnessCounters) -> list[str]:
+    """A draft_depth policy's decode steps: graphs at the query lengths it verifies."""
     problems = []
     # n-gram may propose fewer drafts than the batch depth for some request (no match in the
     # text yet): such a batch is uneven or at a length without graphs, and runs eagerly, as in
@@ -55,10 +68,19 @@ def check_graphs(case: str, counters: HarnessCounters) -> list[str]:
         problems.append(f"adaptive verified only K at low acceptance (replayed {sorted(replayed)})")
     if not ngram and counters.graph_steps.get("1") and not counters.drafter_after.get("1"):
         problems.append("the drafter replayed no graph after a depth-0 step")
-    if kind in ("dflash", "dsv4") and not sum(counters.replays.get("DFlashCudaGraphManager", {}).values()):
-        problems.append("the DFlash-family drafter replayed none of its own graphs")
-    if mode.endswith(OWN_CASE) and not sum(counters.own_depth_steps.values()):
-        problems.append("no decode step had a request verifying less than the batch (no row masked)")
+    return problems
+
+
+def check_adaptive_verification(counters: HarnessCounters) -> list[str]:
+    """vLLM's adaptive verification: every decode step scheduled at 1 + K, run on its
+    variable-length graphs (no uniform token count: their key is "None")."""
+    problems = []
+    if sum(counters.eager_steps.values()):
+        problems.append(f"eager decode steps {dict(counters.eager_steps)}")
+    if counters.replayed() != {str(1 + K)}:
+        problems.append(f"decode steps at query lengths {sorted(counters.replayed())}: expected only {1 + K}")
+    if not counters.replays.get("ModelCudaGraphManager", {}).get("None"):
+        problems.append("adaptive verification's variable-length target graphs never replayed")
     return problems
 
 

@@ -104,6 +104,36 @@ def test_a_dflash_case_must_replay_the_drafters_own_graphs(tmp_path: Path, capsy
     assert "the DFlash-family drafter replayed none of its own graphs" in capsys.readouterr().out
 
 
+def av_case() -> dict[str, Any]:
+    """A passing adaptive-verification DFlash case: every step scheduled at 1 + K, its variable-length
+    target graphs (key "None") and DFlash's own replayed."""
+    result = case({"3": 30}, lk_moe={})
+    result["replays"] = {"ModelCudaGraphManager": {"None": 30}, "DFlashCudaGraphManager": {"None": 30}}
+    return result
+
+
+@pytest.mark.parametrize(("how", "message"), [
+    ("passes", ""),
+    ("eager decode step", "eager decode steps {'3': 2}"),
+    ("a step below 1 + K", "decode steps at query lengths ['1', '3']: expected only 3"),
+    ("no variable-length graph", "adaptive verification's variable-length target graphs never replayed"),
+])
+def test_an_adaptive_verification_case_is_held_to_its_own_graphs(how: str, message: str, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """dflash-av (vLLM's adaptive verification, TARGET=vllm) has no depth of ours to replay: it must run
+    every decode step on its variable-length graphs, none eagerly."""
+    av = av_case()
+    if how == "eager decode step":
+        av["decode_steps"]["eager"] = {"3": 2}
+    elif how == "a step below 1 + K":
+        av["decode_steps"]["graph"] = {"1": 2, "3": 28}
+    elif how == "no variable-length graph":
+        av["replays"]["ModelCudaGraphManager"] = {"3": 30}
+    results = {"dflash-eager": {"ok": True, "tokens": TOKENS}, "dflash-av": av}
+    assert load().main(write(tmp_path, results, list(results))) == (0 if how == "passes" else 1)
+    assert message in capsys.readouterr().out
+
+
 def test_splits_are_reported_at_ubatch_only(passing: dict[str, dict[str, Any]], tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """At LVLLM_MOE_OVERLAP=ubatch a case's split graphs and split steps are printed; at off, nothing."""
@@ -128,6 +158,16 @@ def test_the_committed_deepseek_v4_runs_pass_every_case(run: str, cases: int,
     assert load().main(res) == 0
     out = capsys.readouterr().out
     assert f"{cases}/{cases} cases pass" in out and out.count("PASS: tokens equal eager") == cases - 1
+
+
+def test_the_committed_dflash_run_on_0340_passes_under_adaptive_verification(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results/h200-upstream-0.34.0-harness-dflash: DFlash on upstream 0.34.0 under vLLM's adaptive
+    verification and our phase 0/2, tokens equal eager, on its variable-length graphs."""
+    res = Path(__file__).resolve().parents[2] / "bench/results/h200-upstream-0.34.0-harness-dflash/res"
+    assert load().main(res) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("target: vllm") and "3/3 cases pass" in out
+    assert out == (res.parent / "report.txt").read_text()
 
 
 def test_a_per_request_case_must_have_masked_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
