@@ -11,7 +11,7 @@
 #     for openai_harmony; the versions its CPU engine venv resolved). Carry that one folder:
 #     run(command='TARGET=vllm bash ci/fork-gpu/run "dense-eager ..."', carry=[".upstream"]).
 #     UPSTREAM=vllm: the series' own target instead (vLLM 0.34.0; prepare_fork.py knows its edits;
-#     the same wheels, checked on CPU by cpu_check.py only, not yet run on a GPU).
+#     the same wheels; side_by_side and the dflash cases ran on it, docs/gpu-harness.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
