@@ -1,14 +1,14 @@
 """The scheduler, CUDA graph and (with --e2e) end-to-end checks of the
 installed (patched) vLLM, in one process: importing vLLM takes minutes on a
-small CI machine. Prints one JSON line: {"scheduler": ..., "graphs": ...,
-"e2e": ..., "start_both": ... (with --e2e), "vllm": the vllm package it ran}.
+small CI machine. Prints one JSON line: {"scheduler": ..., "graphs": ... (not with
+--scheduler-only), "e2e": ..., "start_both": ... (with --e2e), "vllm": the vllm package it ran}.
 
 Usage (from the checkout root):
-  python -m engine.checks MODEL_DIR [--cpu-platform] [--e2e | --scheduler-only] [--import MODULE]
+  python -m engine.checks MODEL_DIR [--cpu-platform] [--e2e] [--scheduler-only] [--import MODULE]
 --cpu-platform: a Python tree put on PYTHONPATH (the patched fork, not
 installed here) cannot find its own version to detect the platform: name it.
 --e2e: also run the engines of e2e_check.py.
---scheduler-only: the scheduler check alone (it runs no model, so a release
+--scheduler-only: no graph check (the scheduler check runs no model, so a release
 whose Python runs on these kernels but whose model code does not can be checked).
 --import MODULE: import MODULE first (a shim of the caller's, on PYTHONPATH).
 """

@@ -2,7 +2,7 @@
 counted. Writes OUTDIR/CASE.json.
 
 Usage: case.py CASE OUTDIR MODELROOT
-  CASE = {dense,moe,dflash}-{eager,fixed,phase12,phase02,adaptive,adaptivelow}[-v1]
+  CASE = {dense,moe,dflash,dsv4}-{eager,fixed,phase12,phase02,adaptive,adaptivelow,phase02own,adaptiveown,av}[-v1]
   eager: no speculation, enforce_eager (the reference tokens). The others: FULL_DECODE_ONLY
   graphs, K=2, reasoning parser deepseek_r1, and the draft_depth policy named; model
   runner v2 with EAGLE (the user's runner: DSpark forces it), or with -v1 model runner v1
@@ -17,7 +17,7 @@ Usage: case.py CASE OUTDIR MODELROOT
   of LVLLM_GPU_RESIDENT_MOE_LAYERS (dsv4_setup.sh: DSV4_RESIDENT, default 0,1, on the GPU through
   the fork's Marlin MoE), the user's settings (DSV4_ENGINE: fp8_ds_mla KV, max-num-seqs 2) and
   reasoning parser deepseek_v4. The result names each MoE layer's placement (moe_layers).
-  moe: the fork only (lk_moe); with DS4X_GPU_TARGET=vllm (upstream 0.32.0) the case fails by name.
+  moe: the fork only (lk_moe); with DS4X_GPU_TARGET=vllm (upstream) the case fails by name.
 Two requests reason (their prompt opens <think>) for 64 tokens, two answer (</think>
 closed) for 24, in turn, so decode batches are mixed first (at max-num-seqs 2 too) and
 reasoning-only after."""
@@ -41,7 +41,7 @@ THINK, END_THINK = 1, 2
 LOW_KEEP = 0.25
 AV = "av"
 # Upstream gives DFlash's non-causal draft attention a backend of its own choosing unless one is named:
-# FlashAttention, which the GPU image lacks; 0.34.0's Triton attention, the target's here, runs it too.
+# FlashAttention, which the GPU image lacks; upstream's Triton attention, the target's here, runs it too.
 DFLASH_ATTENTION = {"attention_backend": "TRITON_ATTN"} if TARGET == "vllm" else {}
 # reasoning and answering in turn, so that batches of 2 (dsv4's max-num-seqs) mix phases too
 TEXTS = [("Let me think about the file layout", 64, False), ("def add(a, b):", 24, True),

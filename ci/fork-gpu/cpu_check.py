@@ -274,8 +274,11 @@ def check_case(case: str, root: str) -> int:
         k = c.speculative_config.num_speculative_tokens if c.speculative_config else 0
         lens = decode_query_lens(c, 1 + k)
         runner = "v2" if getattr(c, "use_v2_model_runner", True) else "v1"  # 0.34.0 has v2 only
+        draft = c.speculative_config
         print("ok  ", case, runner, c.compilation_config.cudagraph_mode.name,
-              getattr(c.attention_config.backend, "name", "auto"), "query lengths", lens)
+              getattr(c.attention_config.backend, "name", "auto"), "query lengths", lens,
+              *(("drafter", getattr(draft.attention_backend, "name", "auto"), "adaptive verification")
+                if draft and getattr(draft, "enable_adaptive_verification", False) else ()))
         if c.speculative_config and c.structured_outputs_config.reasoning_parser and not markers(c):
             return 1
         if not FORK:

@@ -6,7 +6,7 @@ the drafter's graph replays by the query length of the target step they follow, 
 LVLLM_MOE_OVERLAP=ubatch the graphs captured as two micro-batches and the decode steps
 that replayed one.
 Counters.install() goes before the engine is made. DS4X_GPU_TARGET (setup.sh) names the
-tree: lvllmds4-x (default) or vllm, upstream 0.32.0, which has no lk_moe to count."""
+tree: lvllmds4-x (default) or vllm, upstream (0.32.0 or 0.34.0), which has no lk_moe to count."""
 
 import os
 from collections import Counter, defaultdict

@@ -26,6 +26,8 @@ from ds4x.core.named_policies import OWN_CASE, by_case
 K = 2  # case.py's num_speculative_tokens
 LOW = "low"  # a case name's suffix: its policy at low acceptance (case.py's adaptivelow)
 AV = "av"  # case.py's mode for vLLM's adaptive verification
+PASSED = {"eager": "", AV: ": tokens equal eager, 0 eager decode steps, on its variable-length graphs",
+          None: ": tokens equal eager, 0 eager decode steps at a captured uniform length"}
 MOE_LAYERS = {"moe": 2, "dsv4": 3}  # lk_moe layers of the target: tiny_models.py's MoE, dsv4_model.py's
 
 
@@ -151,7 +153,7 @@ def main(resdir: Path) -> int:
     if not asked:
         print(f"no list of cases asked for in {asked_file}: nothing to check")
         return 1
-    target = resdir / "target"  # written by run: lvllmds4-x (the fork) or vllm (upstream 0.32.0)
+    target = resdir / "target"  # written by run: lvllmds4-x (the fork) or vllm (upstream, 0.32.0 or 0.34.0)
     if target.exists():
         print("target:", target.read_text().strip())
     failed = 0
@@ -178,9 +180,7 @@ def main(resdir: Path) -> int:
             print("   LVLLM_MOE_OVERLAP:", json.dumps(result["ubatch"]))
         problems = check(case, result, results.get("-".join([kind, "eager", *runner])))
         failed += bool(problems)
-        print("   " + ("FAIL: " + "; ".join(problems) if problems else
-                       "PASS" + ("" if mode == "eager" else
-                                 ": tokens equal eager, 0 eager decode steps at a captured uniform length")))
+        print("   " + ("FAIL: " + "; ".join(problems) if problems else "PASS" + PASSED.get(mode, PASSED[None])))
     print(f"{len(asked) - failed}/{len(asked)} cases pass" if not failed else f"{failed} case(s) FAIL")
     return 1 if failed else 0
 

@@ -1,5 +1,5 @@
 # Sourced by ci/fork-gpu/run and ci/fork-gpu/measure on the GPU machine, per TARGET (default
-# lvllmds4-x: the fork, carried as .fork and .whl2; vllm: upstream vLLM 0.32.0 patched by our
+# lvllmds4-x: the fork, carried as .fork and .whl2; vllm: upstream vLLM (0.32.0 or 0.34.0) patched by our
 # series, carried as .upstream, see make_carry.sh): the carried wheels into /tmp/site, the patched
 # vllm/ into /tmp/fork with its stand-ins (prepare_fork.py) and dist-info in /tmp/fsite, and
 # PYTHONPATH over all three, then the checkout (the caller's working directory, its root) for the

@@ -155,10 +155,12 @@ def test_the_scheduler_does_on_the_newest_release_what_it_does_on_the_cpu_engine
     assert out["vllm"] == str(patched / "vllm" / "__init__.py")
     newest, engine = out["scheduler"], engine_checks["scheduler"]
     assert untimed(newest) == untimed(engine)
-    live = newest["adaptive"]["live_timing"]
+    live = newest["adaptive"]["live_timing"]  # as test_adaptive_times_uniform_steps_live asserts on 0.32.0
     assert (live["timed"], live["uneven_timed"]) == (30, 0), live
+    assert live["lengths"] and set(live["lengths"]) <= {1, 2, 3}, live
+    assert len(set(live["uneven_step"].values())) == 2, live  # the uneven step it must not time was there
     run = newest["adaptive"]["stats_paths"]
-    assert run["counted"] == run["expected"] and run["a1_stopped_mid_step"], run
+    assert run["counted"] == run["expected"] and run["a1_stopped_mid_step"] and run["expected"]["depths"].get("1"), run
 
 
 def untimed(scheduler: dict[str, Any]) -> dict[str, Any]:

@@ -45,7 +45,7 @@ class NewRequestView(Protocol):
 
 
 class CachedRequestsView(Protocol):
-    """vllm.v1.core.sched.output.CachedRequestData; up to 0.33 it has resumed_req_ids: set[str]."""
+    """vllm.v1.core.sched.output.CachedRequestData; 0.32.0's (and the fork's) has resumed_req_ids: set[str], 0.34.0's none."""
 
 
 class SchedulerOutputView(Protocol):
