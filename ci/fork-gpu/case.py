@@ -31,7 +31,7 @@ from pathlib import Path
 from drafts import DraftFilter
 from harness import DSV4_ENGINE, EAGER, ENGINE, GRAPHS, LK_MOE, TARGET, Counters, spec_metrics
 
-from ds4x.core.named_policies import by_case
+from ds4x.core.named_policies import AV_CASE, by_case
 
 CASE, OUTDIR, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
 KIND, MODE, *RUNNER = CASE.split("-")
@@ -39,7 +39,6 @@ V1 = RUNNER == ["v1"]
 K = 2
 THINK, END_THINK = 1, 2
 LOW_KEEP = 0.25
-AV = "av"
 # Upstream gives DFlash's non-causal draft attention a backend of its own choosing unless one is named:
 # FlashAttention, which the GPU image lacks; upstream's Triton attention, the target's here, runs it too.
 DFLASH_ATTENTION = {"attention_backend": "TRITON_ATTN"} if TARGET == "vllm" else {}
@@ -72,7 +71,7 @@ def engine_args(path: str) -> dict:
             else {"method": "dspark", "model": path + "/draft", "num_speculative_tokens": K,
                   "draft_sample_method": "greedy"} if KIND == "dsv4"
             else {"method": "eagle", "model": path + "_eagle", "num_speculative_tokens": K})
-    if MODE == AV:
+    if MODE == AV_CASE:
         spec["enable_adaptive_verification"] = True
     elif (policy := by_case(MODE.removesuffix("low"), K).draft_depth) is not None:  # adaptivelow: adaptive at low acceptance
         spec["draft_depth"] = policy

@@ -21,12 +21,11 @@ from pathlib import Path
 
 from bench.counters import HarnessCounters
 from ds4x.core.moe_placement import parse_layers
-from ds4x.core.named_policies import OWN_CASE, by_case
+from ds4x.core.named_policies import AV_CASE, OWN_CASE, by_case
 
 K = 2  # case.py's num_speculative_tokens
 LOW = "low"  # a case name's suffix: its policy at low acceptance (case.py's adaptivelow)
-AV = "av"  # case.py's mode for vLLM's adaptive verification
-PASSED = {"eager": "", AV: ": tokens equal eager, 0 eager decode steps, on its variable-length graphs",
+PASSED = {"eager": "", AV_CASE: ": tokens equal eager, 0 eager decode steps, on its variable-length graphs",
           None: ": tokens equal eager, 0 eager decode steps at a captured uniform length"}
 MOE_LAYERS = {"moe": 2, "dsv4": 3}  # lk_moe layers of the target: tiny_models.py's MoE, dsv4_model.py's
 
@@ -44,7 +43,7 @@ def query_lengths(mode: str) -> tuple[set[str], set[str]]:
 
 def check_graphs(case: str, counters: HarnessCounters) -> list[str]:
     kind, mode, ngram = *case.split("-")[:2], case.endswith("-v1")
-    problems = check_adaptive_verification(counters) if mode == AV else check_depths(mode, ngram, counters)
+    problems = check_adaptive_verification(counters) if mode == AV_CASE else check_depths(mode, ngram, counters)
     if kind in ("dflash", "dsv4") and not sum(counters.replays.get("DFlashCudaGraphManager", {}).values()):
         problems.append("the DFlash-family drafter replayed none of its own graphs")
     if mode.endswith(OWN_CASE) and not sum(counters.own_depth_steps.values()):

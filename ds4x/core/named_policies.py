@@ -74,6 +74,8 @@ PER_REQUEST = " per request"
 """the name suffix of a policy whose requests each verify their own depth (draft_depth verify "request")"""
 OWN_CASE = "own"
 """its GPU-harness case suffix ("phase02own")"""
+AV_CASE = "av"
+"""the GPU-harness case mode ("dflash-av") for vLLM's own adaptive verification in place of a draft_depth policy"""
 
 
 def per_request_policies(k: int, step_cost: StepCostGiven | None = None) -> dict[str, NamedPolicy]:
