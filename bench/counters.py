@@ -40,6 +40,10 @@ class HarnessCounters:
     own_depth_steps: dict[str, int]
     """decode steps where some request verified fewer drafts than the batch (draft_depth verify
     "request": rows masked), by query length"""
+    drafter_rested: dict[str, int]
+    """decode steps after which DSpark's drafter rested for every request (no graph), by query length"""
+    drafter_rested_rows: dict[str, int]
+    """decode steps after which it rested for some requests (their query rows masked), by query length"""
 
     @classmethod
     def read(cls, run: Mapping[str, Any]) -> HarnessCounters:
@@ -52,11 +56,18 @@ class HarnessCounters:
             replays={str(k): _counts(v) for k, v in replays.items()} if isinstance(replays, Mapping) else {},
             graph_steps=_counts(steps.get("graph")), eager_steps=_counts(steps.get("eager")),
             lk_moe=_counts(run.get("lk_moe")), drafter_after=_counts(run.get("drafter_after")),
-            own_depth_steps=_counts(run.get("own_depth_steps")))
+            own_depth_steps=_counts(run.get("own_depth_steps")),
+            drafter_rested=_counts(run.get("drafter_rested")),
+            drafter_rested_rows=_counts(run.get("drafter_rested_rows")))
 
     def eager_decode_steps(self) -> dict[str, int]:
         """Query length -> decode steps that ran eagerly, where any did."""
         return {q: n for q, n in self.eager_steps.items() if n}
+
+    def drafted_after_depth_0(self) -> int:
+        """Decode steps at depth 0 (query length 1) after which the drafter ran: all of them
+        but those after which DSpark rested for every request."""
+        return self.graph_steps.get("1", 0) + self.eager_steps.get("1", 0) - self.drafter_rested.get("1", 0)
 
     def replayed(self) -> set[str]:
         """The query lengths at which some decode step replayed a graph."""

@@ -94,7 +94,7 @@ def problems(spec: Mapping[str, Any], av: Mapping[str, Any], cells: Cells) -> li
         found.append(f"draft_depth engine: no graph replayed at query length(s) {sorted(missing)}")
     if not theirs.replayed():
         found.append("adaptive verification engine: no decode step replayed a graph")
-    if not ours.drafter_after.get("1"):
+    if ours.drafted_after_depth_0() and not ours.drafter_after.get("1"):
         found.append("draft_depth engine: the drafter replayed no graph after depth-0 steps")
     for phase in PURE:
         got, want = acceptance(cells, phase), spec.get("acceptance_set", {}).get(phase)

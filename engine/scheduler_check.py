@@ -310,6 +310,42 @@ def run_per_request(model: str) -> dict[str, Any]:
     return result
 
 
+def run_drafter_rest(model: str) -> dict[str, Any]:
+    """DSpark's drafter resting (phase 0/2), as the fork's scheduler runs it for DSpark on model
+    runner v2: verifying one depth a batch with "r" reasoning alone, and each request its own with
+    "r" beside "a" answering. r closes </think> in its first decode step, where its drafter rested:
+    the next step verifies none of its (stale) drafts and drafts again; the one after verifies 2.
+    Per step: the drafts scheduled, the own verify depths, the resting drafters, and whose hook set
+    them (upstream's scheduler has none: the check calls what the fork's does)."""
+    config = {"policy": "phase", "reasoning_depth": 0, "answer_depth": K}
+    prompts = {"r": [5] * 12 + [THINK], "a": [5] * 10 + [THINK, 8, END_THINK]}
+    made = [{"r": [END_THINK], "a": [30, 41]}, {"r": [44], "a": [30, 42]}, {"r": [30, 31, 45], "a": [30, 31, 46]}]
+    result: dict[str, Any] = {}
+    for verify, ids in (("batch", ["r"]), ("request", ["r", "a"])):
+        s = scheduler(model, config, False)
+        policy = s.ds4x_depth.policy
+        s.ds4x_depth = DraftDepthScheduling(DepthPolicy(DraftDepthConfig.from_dict({**config, "verify": verify}, K),
+                                                        K, policy.tracker, policy.lag), drafter_rests=True)
+        s.num_lookahead_tokens = K
+        for r in ids:
+            s.add_request(request(r, prompts[r]))
+        hooks, steps = set(), []
+        out = None
+        for sampled in [{r: [20] for r in ids}, *made]:  # the prefill, then three decode steps
+            out = s.schedule()
+            if hasattr(out, "ds4x_resting_drafters"):
+                hooks.add("fork")
+            else:  # upstream's SchedulerOutput: what the fork's scheduler hook sets
+                hooks.add("emulated")
+                s.ds4x_depth.annotate(out)
+            steps.append({"drafts": drafts(out, ids), "verify_depths": out.ds4x_verify_depths,
+                          "resting": sorted(out.ds4x_resting_drafters or ())})
+            s.update_from_output(out, output(ids, {r: sampled[r] for r in ids}))
+            s.update_draft_token_ids(DraftTokenIds(ids, [[30, 31]] * len(ids)))
+        result[verify] = {"steps": steps, "hook": " ".join(sorted(hooks))}
+    return result
+
+
 def check(model: str) -> dict[str, Any]:
     init_none_hash(sha256)
     out: dict[str, Any] = {name: {"sync": run_sync(model, policy), "async": run_async(model, policy),
@@ -320,4 +356,5 @@ def check(model: str) -> dict[str, Any]:
     for name, policy in POLICIES.items():
         out[name]["stats_paths"] = run_stats(model, policy)
     out["per_request"] = run_per_request(model)
+    out["drafter_rest"] = run_drafter_rest(model)
     return out

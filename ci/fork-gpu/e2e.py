@@ -200,6 +200,7 @@ class Policies:
     def __init__(self, scheduler) -> None:
         self.scheduler, self.made = scheduler, {}
         self.tracker, self.lag = scheduler.ds4x_depth.policy.tracker, scheduler.ds4x_depth.policy.lag
+        self.drafter_rests = scheduler.ds4x_depth.drafter_rests  # as the engine's start-up decided (DSpark)
 
     def use(self, name: str, config: dict | None) -> None:
         from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig
@@ -207,7 +208,7 @@ class Policies:
 
         if name not in self.made:
             policy = DepthPolicy(DraftDepthConfig.from_dict(config, K), K, self.tracker, self.lag)
-            self.made[name] = DraftDepthScheduling(policy)
+            self.made[name] = DraftDepthScheduling(policy, self.drafter_rests)
         self.scheduler.ds4x_depth = self.made[name]
 
 

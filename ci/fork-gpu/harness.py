@@ -45,6 +45,8 @@ class Counters:
         self.moe: Counter = Counter()
         self.drafter_after: Counter = Counter()  # drafter replays by the query length of the target step
         self.own_depth_steps: Counter = Counter()  # decode steps with a request below the batch's depth
+        self.drafter_rested: Counter = Counter()  # decode steps whose drafter rested for every request
+        self.drafter_rested_rows: Counter = Counter()  # ... for some requests (their rows masked)
         self.split_graphs: set[str] = set()  # t<tokens>:r<requests> captured as two micro-batches
         self.split_steps: Counter = Counter()  # decode steps that replayed a split graph, by query length
         self._replayed = False
@@ -55,6 +57,8 @@ class Counters:
         self.decode_steps = {"graph": Counter(), "eager": Counter()}
         self.drafter_after.clear()
         self.own_depth_steps.clear()
+        self.drafter_rested.clear()
+        self.drafter_rested_rows.clear()
         self.split_steps.clear()
         self.moe = Counter({k: v for k, v in self.moe.items() if "capturing" in k})
 
@@ -73,6 +77,9 @@ class Counters:
                 self.decode_steps["graph" if self._replayed else "eager"][self._step] += 1
                 if getattr(scheduler_output, "ds4x_verify_depths", None):  # verify "request": rows masked
                     self.own_depth_steps[self._step] += 1
+                if resting := getattr(scheduler_output, "ds4x_resting_drafters", None):  # DSpark rests
+                    whole = resting >= scheduler_output.num_scheduled_tokens.keys()
+                    (self.drafter_rested if whole else self.drafter_rested_rows)[self._step] += 1
             return out
 
         MR.GPUModelRunner.execute_model = execute_model
@@ -168,6 +175,7 @@ class Counters:
     def report(self, managers: list) -> dict:
         return {"graphs": graph_keys(managers), "replays": self.replays, "decode_steps": self.decode_steps,
                 "lk_moe": self.moe, "drafter_after": self.drafter_after, "own_depth_steps": self.own_depth_steps,
+                "drafter_rested": self.drafter_rested, "drafter_rested_rows": self.drafter_rested_rows,
                 "ubatch": {"level": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
                            "tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
                            "split_graphs": sorted(self.split_graphs), "split_steps": self.split_steps}}

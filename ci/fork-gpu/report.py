@@ -67,8 +67,8 @@ def check_depths(mode: str, ngram: bool, counters: HarnessCounters) -> list[str]
                         f"{sorted(expected)}, within {sorted(captured)}")
     if mode.endswith(LOW) and not replayed & {"1", "2"}:
         problems.append(f"adaptive verified only K at low acceptance (replayed {sorted(replayed)})")
-    if not ngram and counters.graph_steps.get("1") and not counters.drafter_after.get("1"):
-        problems.append("the drafter replayed no graph after a depth-0 step")
+    if not ngram and counters.drafted_after_depth_0() and not counters.drafter_after.get("1"):
+        problems.append("the drafter replayed no graph after a depth-0 step where it drafted")
     return problems
 
 
@@ -166,6 +166,9 @@ def main(resdir: Path) -> int:
             print("   replays by manager and query length:", json.dumps(result["replays"]))
             print("   decode steps by query length:", json.dumps(result["decode_steps"]))
             print("   drafter replays after target steps of query length:", json.dumps(result["drafter_after"]))
+            if "drafter_rested" in result:  # DSpark's rests (runs before them had none)
+                print("   DSpark rested after target steps of query length: whole", json.dumps(result["drafter_rested"]),
+                      "some rows", json.dumps(result["drafter_rested_rows"]))
             depth = {k: v for k, v in result["spec_metrics"].items() if "depth" in k or k.endswith("accepted_tokens")
                      or k.endswith("num_draft_tokens")}
             print("   spec metrics:", json.dumps(depth))

@@ -96,6 +96,11 @@ class Adaptive:
         for state in self.clock.tick():
             self._wake(state, ran is None or state.request_id in ran)
 
+    def decides_next(self, state: RequestState) -> bool:
+        """Due at the end of the next step to end: a step scheduled now (`lag` steps after a
+        decision) verifies what the one before it drafted, whose depth that decision sets."""
+        return state.wake_at == self.clock.steps + 1
+
     def _wake(self, state: RequestState, ran: bool) -> None:
         tried = state.probing or state.exploring  # a depth it did not choose, for one step
         if not ran:  # waiting or preempted: nothing learned

@@ -38,6 +38,10 @@ class DepthStrategy(Protocol):
     def step_ended(self, ran: Container[str] | None) -> None:
         """An engine step ended (`ran`: the ids in its output; None: all)."""
 
+    def decides_next(self, state: RequestState) -> bool:
+        """Whether it may choose another depth at the end of the next step to end (before the
+        step that verifies what is drafted in the one being scheduled; a phase change aside)."""
+
     def retire(self, state: RequestState) -> None:
         """A request has left (it is out of its group already)."""
 
@@ -62,6 +66,9 @@ class Phase:
 
     def step_ended(self, ran: Container[str] | None) -> None:
         """Nothing is due."""
+
+    def decides_next(self, state: RequestState) -> bool:
+        return False  # only a phase change moves it
 
     def retire(self, state: RequestState) -> None:
         """Nothing to keep."""

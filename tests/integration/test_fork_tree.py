@@ -15,7 +15,7 @@ import pytest
 from ds4x import sources
 from ds4x.cli import main
 from tests.integration.conftest import engine_json, harness_cpu_check
-from tests.integration.test_scheduler_depth import check_per_request
+from tests.integration.test_scheduler_depth import check_drafter_rest, check_per_request
 
 FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
 pytestmark = [
@@ -90,6 +90,15 @@ def test_fork_scheduler_sends_each_request_s_own_depth(fork_checks: dict[str, An
     out = fork_checks["scheduler"]["per_request"]
     assert out["hook"] == "fork"
     check_per_request(out)
+
+
+@pytest.mark.slow
+@pytest.mark.network
+def test_fork_scheduler_rests_dspark_s_drafter(fork_checks: dict[str, Any]) -> None:
+    """The fork's own scheduler hook names the resting drafters; the steps are upstream's run's."""
+    out = fork_checks["scheduler"]["drafter_rest"]
+    assert {run["hook"] for run in out.values()} == {"fork"}
+    check_drafter_rest(out)
 
 
 @pytest.mark.slow

@@ -148,6 +148,27 @@ def test_each_request_verifying_its_own_depth_counts_what_it_verified(engine_che
     assert 'verify="request" needs the Lvllmds4-x fork\'s model runner v2' in out["refused"]
 
 
+def test_dspark_s_drafter_rests_while_no_step_will_verify_its_drafts(engine_checks: dict[str, Any]) -> None:
+    """Phase 0/2 with DSpark's drafter resting (the fork's model runner v2 with DSpark turns it on):
+    a reasoning request's drafter rests from its first decode step on; the step after the one that closed
+    </think> verifies none of its stale drafts and drafts again; the next verifies 2. Beside an
+    answering request (verify "request") only its own drafter rests and only its rows are masked."""
+    out = engine_checks["scheduler"]["drafter_rest"]
+    assert {run["hook"] for run in out.values()} == {"emulated"}  # upstream's scheduler: the check calls the hook
+    check_drafter_rest(out)
+
+
+def check_drafter_rest(out: dict[str, Any]) -> None:
+    batch, request = out["batch"]["steps"], out["request"]["steps"]
+    # the prefill, then three decode steps; a request scheduled from the queue is not yet among those
+    # the hook weighs (vLLM's running list), so its drafter works after its prefill
+    assert [step["resting"] for step in batch] == [[], ["r"], [], []]
+    assert [step["drafts"] for step in batch] == [{"r": 0}, {"r": 0}, {"r": 0}, {"r": 2}]
+    assert [step["resting"] for step in request] == [[], ["r"], [], []]
+    assert [step["drafts"] for step in request][1:] == [{"r": 2, "a": 2}] * 3  # the batch's depth: a's
+    assert [step["verify_depths"] for step in request][1:] == [{"r": 0}, {"r": 0}, None]
+
+
 def check_per_request(out: dict[str, Any]) -> None:
     assert out["scheduled_drafts"] == {"r": 2, "a": 2}
     assert out["verify_depths"] == {"r": 0}

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from bench.counters import HarnessCounters
 from tests.scripts import load_script
 
 TOKENS = [[7, 8, 9], [7, 7, 7]]
@@ -148,7 +149,9 @@ def test_splits_are_reported_at_ubatch_only(passing: dict[str, dict[str, Any]], 
 @pytest.mark.parametrize("run, cases", [("h200-dsv4-harness/res", 6), ("h200-dsv4-harness/ubatch-3/res", 4),
                                         ("h200-dsv4-harness-resident/res", 2),
                                         ("h200-dsv4-harness-resident/policies/res", 5),
-                                        ("h200-dsv4-harness-resident/ubatch-3/res", 5)])
+                                        ("h200-dsv4-harness-resident/ubatch-3/res", 5),
+                                        ("h200-dsv4-harness-rest/res", 5),
+                                        ("h200-dsv4-harness-rest/ubatch-3/res", 3)])
 def test_the_committed_deepseek_v4_runs_pass_every_case(run: str, cases: int,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """bench/results/h200-dsv4-harness*: the DeepSeek-V4 + DSpark cases their READMEs quote, at
@@ -226,3 +229,14 @@ def test_the_resident_run_masked_rows_and_ran_marlin() -> None:
     own = json.loads((res / "dsv4-phase02own.json").read_text())
     assert sum(own["own_depth_steps"].values()) > 0 and not own["decode_steps"]["eager"]
     assert "MARLIN" in own["kernels"]["MXFP4 MoE backend"] and "target layers [0, 1]" in own["kernels"]["resident MoE layers"]
+
+
+def test_dspark_rested_after_the_depth_0_steps_of_the_committed_run() -> None:
+    """bench/results/h200-dsv4-harness-rest: phase 0/2 rested DSpark whole after each of its depth-0
+    steps (none of its graphs replayed after them) and kept the eager run's tokens; beside an
+    answering request (verify "request") only the reasoning request's query rows rested."""
+    res = Path(__file__).resolve().parents[2] / "bench/results/h200-dsv4-harness-rest/res"
+    phase02 = HarnessCounters.read(json.loads((res / "dsv4-phase02.json").read_text()))
+    assert phase02.drafter_rested == {"1": phase02.graph_steps["1"]} and not phase02.drafter_after.get("1")
+    own = HarnessCounters.read(json.loads((res / "dsv4-phase02own.json").read_text()))
+    assert own.drafter_rested_rows.get("3") and own.drafter_rested.get("1")

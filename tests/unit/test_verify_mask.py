@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -23,6 +23,15 @@ K = 2
 
 @pytest.fixture
 def vm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    yield from loaded(monkeypatch, "eagle")
+
+
+@pytest.fixture
+def dspark(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    yield from loaded(monkeypatch, "dspark")
+
+
+def loaded(monkeypatch: pytest.MonkeyPatch, method: str, verify: str = "request") -> Generator[Any, None, None]:
     vllm, ds4x = ModuleType("vllm"), ModuleType("vllm.ds4x")
     vllm.__path__ = []
     ds4x.__path__ = [str(ROOT / "overlay/lvllmds4-x/vllm/ds4x"), str(ROOT / "ds4x/core")]
@@ -32,11 +41,14 @@ def vm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         monkeypatch.delitem(sys.modules, name)
     module = importlib.import_module("vllm.ds4x.verify_mask")
     config = SimpleNamespace(speculative_config=SimpleNamespace(
-        num_speculative_tokens=K, draft_depth={"policy": "phase", "reasoning_depth": 0, "verify": "request"}))
+        method=method, num_speculative_tokens=K,
+        draft_depth={"policy": "phase", "reasoning_depth": 0, "verify": verify}))
     module.enable(config, 16, torch.device("cpu"))
-    yield module
-    for name in [n for n in sys.modules if n.startswith("vllm.ds4x.")]:
-        del sys.modules[name]
+    try:
+        yield module
+    finally:
+        for name in [n for n in sys.modules if n.startswith("vllm.ds4x.")]:
+            del sys.modules[name]
 
 
 def step(vm: Any, depths: dict[str, int] | None, req_ids: list[str], drafts: list[int]) -> list[int] | None:
@@ -69,3 +81,39 @@ def test_a_later_step_clears_the_marks_before_it(vm: Any) -> None:
     assert marked(vm) == [2]
     assert step(vm, None, ["a"], [2]) is None and marked(vm) == []
     assert step(vm, {"x": 0}, ["a", "b"], [2, 2]) is None and marked(vm) == []  # no request of this batch is capped
+
+
+def test_dspark_rests_whole_when_every_request_of_the_step_rests(dspark: Any) -> None:
+    dspark.prepare_drafter(frozenset({"r1", "r2"}), ["r1", "r2"])
+    assert dspark.drafter_rests() and not dspark._draft_rows.any()  # no block run: no row to mask
+    dspark.prepare_drafter(frozenset({"r1", "r2"}), ["r1", "r2", "a"])
+    assert not dspark.drafter_rests()
+    dspark.prepare_drafter(None, ["r1"])
+    assert not dspark.drafter_rests()
+
+
+def test_dspark_s_own_layers_skip_the_query_rows_of_resting_requests(dspark: Any) -> None:
+    # DSpark's block: K rows a request, in batch order; "r" (second) rests beside "a"
+    dspark.prepare_drafter(frozenset({"r"}), ["a", "r"])
+    ids = torch.arange(8, dtype=torch.int32).reshape(4, 2)
+    drafter = dspark.masked_ids(SimpleNamespace(ds4x_draft_layer=True), ids, lambda: 0)
+    assert drafter[2:].tolist() == [[-1, -1], [-1, -1]] and torch.equal(drafter[:2], ids[:2])
+    target = dspark.masked_ids(SimpleNamespace(ds4x_draft_layer=False), ids, lambda: 0)
+    assert torch.equal(target, ids)  # the target's rows follow the verify depths, none capped here
+    dspark.prepare_drafter(frozenset({"r"}), ["r"])  # it rests whole: the last step's marks cleared
+    assert dspark.drafter_rests() and not dspark._draft_rows.any()
+
+
+def test_other_drafters_never_rest(vm: Any) -> None:
+    vm.prepare_drafter(frozenset({"r"}), ["r"])
+    assert not vm.drafter_rests() and vm._draft_rows is None
+
+
+def test_a_batch_of_one_depth_masks_no_row_of_dspark(monkeypatch: pytest.MonkeyPatch) -> None:
+    batch = loaded(monkeypatch, "dspark", verify="batch")
+    module = next(batch)
+    module.prepare_drafter(frozenset({"r"}), ["r"])
+    assert module.drafter_rests() and module._draft_rows is None
+    ids = torch.arange(4, dtype=torch.int32).reshape(2, 2)
+    assert torch.equal(module.masked_ids(SimpleNamespace(ds4x_draft_layer=True), ids, lambda: 0), ids)
+    batch.close()

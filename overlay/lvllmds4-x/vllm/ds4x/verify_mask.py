@@ -10,6 +10,11 @@ buffer that the captured graphs read; the target's lk_moe layers route those
 rows to expert -1, which lk_moe skips, so the CPU experts cost what the batch
 verifies. After the forward, the rejection sampler keeps at most 1 + own depth
 tokens of each request (vllm.ds4x.verify_rows says why that is lossless).
+
+With DSpark, the same step's drafter rests for the requests the scheduler
+names (SchedulerOutput.ds4x_resting_drafters; vllm.ds4x.drafter_rest): their
+query rows route to expert -1 in DSpark's own lk_moe layers, and when all of
+the step's requests rest DSpark stores its context K/V and drafts nothing.
 """
 
 from collections.abc import Callable
@@ -22,17 +27,48 @@ from vllm.ds4x.draft_depth import configured_draft_depth
 
 _rows: torch.Tensor | None = None  # [max tokens] bool, True: a row no request verifies
 _marked = 0  # rows [0, _marked) may hold a previous step's marks
+_block = 0  # DSpark's query rows a request (K; 0: another drafter, which never rests)
+_draft_rows: torch.Tensor | None = None  # [max tokens] bool, True: a query row of a resting drafter
+_draft_marked = 0
+_all_rest = False  # every request of the step rests: DSpark drafts nothing
 
 
 def enable(vllm_config: Any, max_tokens: int, device: torch.device) -> None:
     """At model runner v2's start: the static row mask, when the draft_depth asks
     for per-request verify; graphs captured after this read it at every replay."""
-    global _rows
+    global _rows, _block, _draft_rows
     spec = vllm_config.speculative_config
     if spec is None or not spec.num_speculative_tokens:
         return
+    _block = spec.num_speculative_tokens if spec.method == "dspark" else 0  # its anchor-first block
     if configured_draft_depth(getattr(spec, "draft_depth", None), spec.num_speculative_tokens).verify == "request":
         _rows = torch.zeros(max_tokens, dtype=torch.bool, device=device)
+        if _block:
+            _draft_rows = torch.zeros(max_tokens, dtype=torch.bool, device=device)
+
+
+def prepare_drafter(resting: frozenset[str] | None, req_ids: list[str]) -> None:
+    """Before a step's forward: whether its drafter rests whole, and else the query rows
+    of each resting request (request i's are [i K, (i + 1) K) in DSpark's block)."""
+    global _all_rest, _draft_marked
+    _all_rest = bool(_block and req_ids) and resting is not None and all(r in resting for r in req_ids)
+    if _draft_rows is None:
+        return
+    end = max(_draft_marked, len(req_ids) * _block)
+    host = np.zeros(end, dtype=np.bool_)
+    if resting and not _all_rest:
+        for i, req_id in enumerate(req_ids):
+            if req_id in resting:
+                host[i * _block:(i + 1) * _block] = True
+    if end:
+        _draft_rows[:end].copy_(torch.from_numpy(host), non_blocking=True)
+    _draft_marked = len(req_ids) * _block if host.any() else 0
+
+
+def drafter_rests() -> bool:
+    """Every request of the step rests: DSpark stores its context K/V and drafts nothing (its
+    drafts stay stale, and the next step verifies none of them)."""
+    return _all_rest
 
 
 def prepare(depths: dict[str, int] | None, req_ids: list[str], drafts: np.ndarray | None,
@@ -62,13 +98,16 @@ def prepare(depths: dict[str, int] | None, req_ids: list[str], drafts: np.ndarra
 
 
 def masked_ids(experts: Any, topk_ids: torch.Tensor, row_offset: Callable[[], int]) -> torch.Tensor:
-    """The target's lk_moe routing with the masked rows sent to expert -1 (a draft
-    layer's rows are the drafter's, not the batch's: left as they are).
+    """lk_moe's routing with the masked rows sent to expert -1: the target's rows no
+    request verifies; in DSpark's own layers, the query rows of resting drafters.
     `row_offset`: the current micro-batch's first row in the step."""
-    if _rows is None or _draft_layer(experts):
+    if _rows is None:  # per-request verify off: no row is masked (a resting drafter then rests whole)
+        return topk_ids
+    mask = _draft_rows if _draft_layer(experts) else _rows
+    if mask is None:  # a draft layer of a drafter that never rests
         return topk_ids
     first = row_offset()
-    rows = _rows[first:first + topk_ids.size(0)]
+    rows = mask[first:first + topk_ids.size(0)]
     return topk_ids.masked_fill(rows.unsqueeze(1), -1)
 
 

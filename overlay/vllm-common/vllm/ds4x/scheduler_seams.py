@@ -65,6 +65,16 @@ class SchedulerOutputView(Protocol):
     def num_invalid_spec_tokens(self) -> dict[str, int] | None: ...
 
 
+class ForkSchedulerOutputView(Protocol):
+    """The fork's SchedulerOutput: what the draft-depth hook writes into it for the model runner."""
+
+    ds4x_verify_depths: dict[str, int] | None
+    ds4x_resting_drafters: frozenset[str] | None
+
+    @property
+    def num_scheduled_tokens(self) -> dict[str, int]: ...
+
+
 class RunnerOutputView(Protocol):
     """vllm.v1.outputs.ModelRunnerOutput."""
 

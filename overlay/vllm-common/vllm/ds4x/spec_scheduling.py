@@ -9,6 +9,8 @@ so it keeps a full CUDA graph. KV lookahead stays reserved for K_max. With
 draft_depth verify "request" (the fork's model runner v2) the batch still
 runs that depth's graph, and each request verifies only its own depth
 (SchedulerOutput.ds4x_verify_depths; vllm.ds4x.verify_mask masks the rest).
+With DSpark on that runner, the drafter rests for a request that verifies
+nothing next (SchedulerOutput.ds4x_resting_drafters; vllm.ds4x.drafter_rest).
 """
 
 import importlib.util
@@ -28,7 +30,9 @@ from vllm.ds4x.draft_depth import (
     RequestState,
     configured_draft_depth,
 )
+from vllm.ds4x.drafter_rest import DrafterRest
 from vllm.ds4x.scheduler_seams import (
+    ForkSchedulerOutputView,
     RequestView,
     RunnerOutputView,
     SamplingParamsView,
@@ -83,7 +87,9 @@ class DraftDepthScheduling:
     the policy's state hangs on the request, and the strategy learns from the
     step and decides at its end for the requests due then, not for each."""
 
-    def __init__(self, policy: DepthPolicy) -> None:
+    def __init__(self, policy: DepthPolicy, drafter_rests: bool = False) -> None:
+        """drafter_rests: the drafter may rest for requests that verify nothing next (DSpark on
+        the fork's model runner v2)."""
         self.policy, self.strategy, self._tally = policy, policy.strategy, StepTally(policy)
         self._markers = policy.tracker.last_tokens if policy.tracker else frozenset()
         # fixed without graph_depths: every batch verifies K_max, nothing to cut
@@ -91,6 +97,8 @@ class DraftDepthScheduling:
         self._k_max_choice = policy.batch_depth.index(policy.k_max)  # the lowest choice that verifies K_max
         self._per_request = policy.config.verify == "request"
         self.verify_depths: dict[str, int] | None = None  # the step's own depths below the batch's (verify "request")
+        self.drafter_rests = drafter_rests
+        self._rest = DrafterRest(self._per_request) if drafter_rests and self._may_cut_drafts else None
         self._states = policy.requests  # by request id: the step's output is read by id
         self._lengths: list[int] = []  # of the step's sampled token lists, before vLLM trims any
         self._marked = False  # whether a token of the step may end a marker
@@ -113,10 +121,11 @@ class DraftDepthScheduling:
         tracker = phase_tracker(vllm_config)
         if isinstance(config, FixedDepth) and tracker is None:
             return None
-        logger.info("ds4x draft depth: policy %s, K_max %d, phase tracking %s",
-                    config.policy, k_max, "on" if tracker else "off")
+        rests = spec.method == "dspark" and _fork_runner(vllm_config)
+        logger.info("ds4x draft depth: policy %s, K_max %d, phase tracking %s, drafter rests %s",
+                    config.policy, k_max, "on" if tracker else "off", "on" if rests else "off")
         lag = 2 if vllm_config.scheduler_config.async_scheduling else 1
-        return cls(DepthPolicy(config, k_max, tracker, lag))
+        return cls(DepthPolicy(config, k_max, tracker, lag), rests)
 
     def add(self, request: RequestView) -> None:
         params = request.sampling_params
@@ -147,9 +156,15 @@ class DraftDepthScheduling:
         self.verify_depths = None
         if not self._may_cut_drafts:
             return
+        rest = self._rest
+        if rest is not None:
+            running = list(running)
+            decides_next = self.strategy.decides_next
+            rest.consider(r.request_id for r in running
+                          if r.ds4x_depth_state.depth == 0 and not decides_next(r.ds4x_depth_state))
         chosen, full = -1, self._k_max_choice
         for request in running:
-            mine = request.ds4x_depth_state.depth
+            mine = self._chosen(request)
             if mine > chosen and request.spec_token_ids:
                 if mine >= full and not self._per_request:  # K_max: nothing to cut, no need to look further
                     return
@@ -162,9 +177,24 @@ class DraftDepthScheduling:
             drafts = request.spec_token_ids
             if len(drafts) > depth:
                 request.spec_token_ids = drafts = drafts[:depth]
-            if self._per_request and drafts and (mine := batch_depth[request.ds4x_depth_state.depth]) < len(drafts):
+            if self._per_request and drafts and (mine := batch_depth[self._chosen(request)]) < len(drafts):
                 own[request.request_id] = mine
         self.verify_depths = own or None
+
+    def _chosen(self, request: RequestView) -> int:
+        """The depth a request verifies this step, before rounding: its choice, or 0 when
+        its drafts are stale (its drafter rested)."""
+        rest = self._rest
+        if rest is not None and rest.verifies_nothing(request.request_id):
+            return 0
+        return request.ds4x_depth_state.depth
+
+    def annotate(self, scheduler_output: ForkSchedulerOutputView) -> None:
+        """The scheduled step's output gets each request's own verify depth where below the
+        batch's, and the requests whose drafter rests in it (the fork's SchedulerOutput)."""
+        scheduler_output.ds4x_verify_depths = self.verify_depths
+        if self._rest is not None:
+            scheduler_output.ds4x_resting_drafters = self._rest.settle(scheduler_output.num_scheduled_tokens) or None
 
     def before_output(self, runner_output: RunnerOutputView) -> None:
         """vLLM trims a stopping request's sampled tokens in place; what it
@@ -385,11 +415,16 @@ class StepTimer:
             self.costs.observe(tokens, now - step_end, len(scheduled))  # one length: the total is the longest times the count
 
 
+def _fork_runner(vllm_config: VllmConfigView) -> bool:
+    """The fork's model runner v2, which masks rows per request (vllm.ds4x.verify_mask)."""
+    return importlib.util.find_spec("vllm.ds4x.verify_mask") is not None and bool(
+        getattr(vllm_config, "use_v2_model_runner", False))
+
+
 def _check_per_request_verify(vllm_config: VllmConfigView) -> None:
     """verify "request" needs a model runner that masks the drafts past a request's
     own depth: the fork's v2 (vllm.ds4x.verify_mask); elsewhere, one start-up error."""
-    if importlib.util.find_spec("vllm.ds4x.verify_mask") is None or not getattr(
-            vllm_config, "use_v2_model_runner", False):
+    if not _fork_runner(vllm_config):
         raise DraftDepthError(
             'speculative_config.draft_depth.verify="request" needs the Lvllmds4-x fork\'s model runner v2 '
             '(VLLM_USE_V2_MODEL_RUNNER=1, or a drafter that forces it: DSpark, EAGLE, MTP, DFlash); '
