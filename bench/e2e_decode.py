@@ -87,6 +87,14 @@ class Results:
         return float(sim.measured_curve(self.profile["measured"])[tokens])
 
 
+def adaptive_start(spec: dict[str, Any]) -> dict[str, Any] | None:
+    """What the engine's adaptive started from: the measure profile's step costs and (runs since
+    2026-12-04's resting DSpark) acceptance priors, as e2e.py records them; None: nothing."""
+    start = {name: spec[key] for name, key in (("step_cost", "adaptive_step_cost"),
+                                              ("prior_acceptance", "adaptive_prior_acceptance")) if spec.get(key)}
+    return start or None
+
+
 def read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
     """A result file; unreadable: a problem, and None."""
     try:
@@ -242,7 +250,7 @@ def predictions(res: Results, n: int, seconds: list[float], measured: dict[str, 
         rate = acceptance(cells, phase) or 0.0
         own = [step_ms(res, n, f"fixed {d}", d, (phase,)) / 1000 for d in range(K + 1)]
         pooled, by_phase = (sim.compare(costs, {phase: rate}, {phase: tokens}, seeds, requests=n, phases=(phase,),
-                                        step_cost=res.spec.get("adaptive_step_cost"))  # as the engine started it
+                                        start=adaptive_start(res.spec))  # as the engine started it
                             for costs in (seconds, own))
         for policy in pooled:
             got, want, alone = measured[phase][policy], pooled[policy][phase], by_phase[policy][phase]
@@ -325,9 +333,9 @@ def main(argv: list[str] | None = None) -> int:
             for phase in PHASES))
         if chain := spec.get("draft_chain"):  # DSpark: later drafts chained by the filter (ci/fork-gpu/drafts.py)
             print(f"the drafter's own later drafts already the cycle's successor: {chain['agreed']} of {chain['checked']}")
-        start = spec.get("adaptive_step_cost")
-        print("adaptive started from " + (f"the run's measure profile: step_cost {start}" if start else
-                                          "no step costs (it timed them itself)"))
+        start = adaptive_start(spec)
+        print("adaptive started from " + ("the run's measure profile: " + ", ".join(
+            f"{name} {value}" for name, value in start.items()) if start else "no step costs (it timed them itself)"))
         misses = [miss for n in sorted({k[1] for k in cells}) for miss in batch_sections(res, n, args.seeds)]
         lines, missed = e2e_mixed.report([res.nospec, res.spec], K, {p: acceptance(cells, p) or 0.0 for p in PHASES},
                                          sim.measured_curve(res.profile["measured"]), int(spec["layers"]),

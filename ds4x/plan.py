@@ -23,6 +23,7 @@ from ds4x.core import bounded, measure, out_paths
 from ds4x.core import depth_sim as sim
 from ds4x.core import measure_analysis as analysis
 from ds4x.core import moe_placement as mp
+from ds4x.core.named_policies import profile_start
 from ds4x.errors import Ds4xError, InputError
 from ds4x.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanCommand, PlanRequest
 from ds4x.scratch import atomic_path
@@ -290,7 +291,7 @@ def overlap_lines(profile: dict[str, Any], overlap: sim.Overlap, *, gpu_ms: Sequ
     by_phase = dict(zip(("reasoning", "answer"), acceptance))
     lines = sim.overlap_report(curve, layers, gpu_ms, max_num_seqs, k_max,
                                by_phase, analysis.PREDICT_TOKENS, analysis.PREDICT_SEEDS, overlap,
-                               step_cost=profile["draft_depth"]["step_cost"])  # as measure's own table
+                               start=profile_start(profile["draft_depth"]))  # as measure's own table
     return ["predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), " + lines[0], *lines[1:]]
 
 

@@ -53,7 +53,7 @@ from harness import DSV4_ENGINE, ENGINE, GRAPHS, Counters, spec_metrics
 
 from bench.e2e_mixed import MIXED as MIXED_PHASE  # the phase the report reads mixed cells by
 from ds4x.core.depth_mixed import mix, mixed_batches
-from ds4x.core.named_policies import PER_REQUEST, named_policies, per_request_policies
+from ds4x.core.named_policies import PER_REQUEST, named_policies, per_request_policies, profile_start
 
 MODE, OUTDIR, MODELS = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 K = 2
@@ -330,7 +330,8 @@ def record(llm, init_s: float, keep: dict[str, float]) -> dict:
             "ubatch_tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
             "warm_up_rounds": WARMUP, "mixed": MIXED,
             "mixed_per_request": [name for name, _ in twins(chosen_policies())] if MODE == "spec" and TWINS else [],
-            "adaptive_step_cost": adaptive_step_cost(),
+            "adaptive_step_cost": (adaptive_start() or {}).get("step_cost"),
+            "adaptive_prior_acceptance": (adaptive_start() or {}).get("prior_acceptance"),
             **moe_layers(llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers), "cells": []}
 
 
@@ -347,18 +348,18 @@ def moe_layers(layers: int) -> dict:
 
 
 @functools.cache  # read once: the policies and the result record give the same start
-def adaptive_step_cost() -> list[float] | dict[str, list[float]] | None:
-    """The step costs adaptive starts from: those of this run's `measure` profile, as
+def adaptive_start() -> dict | None:
+    """What adaptive starts from: this run's `measure` profile's step costs and acceptance priors, as
     `plan --measure --launch` gives them to the user's engine (None: measure was skipped)."""
     path = OUTDIR / "measure.json"
-    return json.loads(path.read_text())["draft_depth"]["step_cost"] if path.is_file() else None
+    return profile_start(json.loads(path.read_text())["draft_depth"]) if path.is_file() else None
 
 
 def chosen_policies() -> list[tuple[str, dict]]:
     """depth_sim's policies, or those E2E_POLICIES names (an unknown name fails the run)."""
     from vllm.ds4x import depth_sim
 
-    every = depth_sim.policies(K, adaptive_step_cost())
+    every = depth_sim.policies(K, adaptive_start())
     names = [n.strip() for n in os.environ.get("E2E_POLICIES", "").split(",") if n.strip()]
     if unknown := [n for n in names if n not in every]:
         raise ValueError(f"E2E_POLICIES: unknown {unknown}; known: {list(every)}")
@@ -368,7 +369,7 @@ def chosen_policies() -> list[tuple[str, dict]]:
 def twins(policies: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
     """The per-request twins of those of `policies` that have one (phase, adaptive), as the mixed cells run them."""
     names = {name for name, _ in policies}
-    return [(name, twin.draft_depth) for name, twin in per_request_policies(K, adaptive_step_cost()).items()
+    return [(name, twin.draft_depth) for name, twin in per_request_policies(K, adaptive_start()).items()
             if name.removesuffix(PER_REQUEST) in names]
 
 

@@ -35,7 +35,7 @@ class Adaptive:
         self.choices = [d for d in range(config.min_depth, k_max + 1) if batch_depth[d] == d]
         self.set_depth, self.requests, self.costs = set_depth, requests, costs
         # the engine-wide acceptance that starts new requests
-        self.seeds = SeedAcceptance(config.prior_acceptance, k_max, config.smoothing)
+        self.seeds = SeedAcceptance(config.prior_by_phase(), k_max, config.smoothing)
         self.step_costs: StepCosts | None = costs  # timed live by the scheduler
         self.clock = DecisionClock(config.hold_steps, config.explore_steps, config.probe_interval)
         # the latest batch (its ids in order): a step like the one before (same ids, no

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, ClassVar
 
-from .phase_tracker import ANSWER, REASONING
+from .phase_tracker import ANSWER, PHASES, REASONING
 
 WHERE = "speculative_config.draft_depth"
 EXAMPLE = '{"policy": "phase", "reasoning_depth": 1}'
@@ -118,8 +118,10 @@ class AdaptiveDepth(DraftDepthConfig):
     used until live step timings replace it (default: flat); or such lists by
     running requests, {"1": [...], "2": [...]} as measure writes them (a batch
     size not given takes the nearest given one's)."""
-    prior_acceptance: float = 0.7
-    """acceptance assumed per position before any is measured."""
+    prior_acceptance: float | dict[str, float] = 0.7
+    """acceptance assumed per position before any is measured; or per phase,
+    {"reasoning": 0.5, "answer": 0.93} (a phase not given: 0.7), as measure
+    writes it from the acceptance it was given."""
     smoothing: float = 0.03
     """weight of the newest observation in the running estimates."""
     hysteresis: float = 0.01
@@ -146,6 +148,12 @@ class AdaptiveDepth(DraftDepthConfig):
 
     def phase_depth(self, phase: str, k_max: int) -> int | None:
         return None
+
+    def prior_by_phase(self) -> dict[str, float]:
+        """prior_acceptance in each phase."""
+        prior = self.prior_acceptance
+        return {phase: prior.get(phase, PRIOR) for phase in PHASES} if isinstance(prior, dict) else \
+            dict.fromkeys(PHASES, prior)
 
     def step_costs(self) -> dict[int, tuple[float, ...]]:
         if self.step_cost is None:
@@ -217,6 +225,22 @@ def _step_cost(value: Any, k_max: int) -> StepCost | None:
     return {n: _costs(costs, k_max, f"[{n}]") for n, costs in by_batch.items()}
 
 
+PRIOR = 0.7  # AdaptiveDepth.prior_acceptance's default
+
+
+def _prior_acceptance(value: Any) -> float | dict[str, float]:
+    """One rate in (0, 1), or such rates by phase."""
+    def rate(name: str, v: Any) -> float:
+        return _fraction(name, v, lambda x: 0 < x < 1, "in (0, 1)", f"{PRIOR}, or {{\"reasoning\": 0.5, \"answer\": 0.93}}")
+
+    if not isinstance(value, Mapping):
+        return rate("prior_acceptance", value)
+    if not value or not set(value) <= set(PHASES):
+        raise _fail("prior_acceptance", value, f"a rate, or rates by phase ({', '.join(PHASES)})",
+                    '{"reasoning": 0.5, "answer": 0.93}')
+    return {phase: rate(f"prior_acceptance.{phase}", v) for phase, v in value.items()}
+
+
 VERIFY_MODES = ("batch", "request")
 
 
@@ -250,7 +274,7 @@ def _field_parsers(k_max: int) -> dict[str, Callable[[Any], Any]]:
         "answer_depth": _optional_depth("answer_depth", k_max),
         "min_depth": lambda v: _whole("min_depth", v, 0, k_max, 0),
         "step_cost": lambda v: _step_cost(v, k_max),
-        "prior_acceptance": lambda v: _fraction("prior_acceptance", v, lambda x: 0 < x < 1, "in (0, 1)", "0.7"),
+        "prior_acceptance": _prior_acceptance,
         "smoothing": lambda v: _fraction("smoothing", v, lambda x: 0 < x <= 1, "in (0, 1]", "0.03"),
         "hysteresis": lambda v: _fraction("hysteresis", v, lambda x: x >= 0, ">= 0", "0.01"),
         "hold_steps": lambda v: _whole("hold_steps", v, 0, None, 16),

@@ -8,7 +8,7 @@ size), and the expected tokens per second of each depth."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .depth_tally import positions_seen
@@ -111,9 +111,10 @@ class SeedAcceptance:
     """Engine-wide acceptance per phase: each finished request moves it, and it
     starts the estimates of the next ones."""
 
-    def __init__(self, prior: float, k_max: int, smoothing: float) -> None:
+    def __init__(self, prior: Mapping[str, float], k_max: int, smoothing: float) -> None:
+        """prior: the acceptance per position assumed in each phase before any is measured."""
         self.smoothing = smoothing
-        self.by_phase = {phase: Acceptance([prior] * k_max, smoothing) for phase in PHASES}
+        self.by_phase = {phase: Acceptance([prior[phase]] * k_max, smoothing) for phase in PHASES}
 
     def for_new_request(self) -> dict[str, Acceptance]:
         return {phase: Acceptance(seed.estimate(), self.smoothing) for phase, seed in self.by_phase.items()}

@@ -27,9 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from . import draft_depth as dd
-from .named_policies import StepCostGiven, named_policies
-
-StepCost = StepCostGiven
+from .named_policies import AdaptiveStart, named_policies
 
 PHASES = ("reasoning", "answer")
 THINK, END_THINK, TEXT = 1, 2, 5
@@ -45,9 +43,9 @@ def conditional(acceptance: float, k: int) -> float:
     return (lo + hi) / 2
 
 
-def policies(k: int, step_cost: StepCost | None = None) -> dict[str, dict[str, Any] | None]:
-    """The draft_depth objects of the named policies (named_policies), by name."""
-    return {name: policy.draft_depth for name, policy in named_policies(k, step_cost).items()}
+def policies(k: int, start: AdaptiveStart | None = None) -> dict[str, dict[str, Any] | None]:
+    """The draft_depth objects of the named policies (named_policies), by name (`start`: adaptive's)."""
+    return {name: policy.draft_depth for name, policy in named_policies(k, start).items()}
 
 
 def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], acceptance: dict[str, float],
@@ -89,11 +87,11 @@ def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], accep
 
 def compare(costs: Sequence[float], acceptance: dict[str, float], tokens: dict[str, int],
             seeds: int, requests: int = 1, phases: Sequence[str] = PHASES,
-            step_cost: StepCost | None = None) -> dict[str, dict[str, float]]:
+            start: AdaptiveStart | None = None) -> dict[str, dict[str, float]]:
     """Mean tok/s per phase of every policy, over `seeds` runs (costs: for a
-    batch of `requests`; see simulate; `step_cost`: adaptive's start, see policies)."""
+    batch of `requests`; see simulate; `start`: adaptive's, see policies)."""
     results = {}
-    for name, config in policies(len(costs) - 1, step_cost).items():
+    for name, config in policies(len(costs) - 1, start).items():
         runs = [simulate(config, costs, acceptance, tokens, random.Random(seed), requests, phases)
                 for seed in range(seeds)]
         results[name] = {phase: sum(r[phase] for r in runs) / seeds for phase in phases}
@@ -272,10 +270,10 @@ def overlap_table(off: dict[str, dict[str, float]], on: dict[str, dict[str, floa
 
 def overlap_report(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], requests: int, k: int,
                    acceptance: dict[str, float], tokens: dict[str, int], seeds: int, overlap: Overlap,
-                   step_cost: StepCost | None = None) -> list[str]:
+                   start: AdaptiveStart | None = None) -> list[str]:
     """Steps and tok/s per policy and phase at `requests`, off against `overlap`
-    (the micro-batch model; the per-depth lines add the issue's bound; `step_cost`:
-    adaptive's start, see policies)."""
+    (the micro-batch model; the per-depth lines add the issue's bound; `start`:
+    adaptive's, see policies)."""
     if requests < 2:
         return [ONE_REQUEST]
     hidden = hidden_ms(rest_ms[0], layers, overlap.outside_ms)
@@ -288,5 +286,5 @@ def overlap_report(curve: Mapping[int, float], layers: int, rest_ms: Sequence[fl
              "batch's):"]
     lines += step_lines(curve, layers, rest_ms, requests, k, overlap)
     results = [compare(step_seconds(curve, layers, rest_ms, requests, k, o), acceptance, tokens, seeds, requests,
-                       step_cost=step_cost) for o in (Overlap(), overlap)]
+                       start=start) for o in (Overlap(), overlap)]
     return lines + overlap_table(*results)

@@ -104,17 +104,26 @@ def step_costs(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_
     return {str(n): step_cost(step_seconds(best, k, moe_layers, gpu_ms, n)) for n in batch_sizes(max_num_seqs)}
 
 
+def adaptive_start(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_seqs: int,
+                   acceptance: Sequence[float]) -> dict[str, Any]:
+    """What adaptive starts from: the measured step costs, and per phase the acceptance per
+    position that the phase's given rate at depth K means (`acceptance`: reasoning, answer)."""
+    return {"step_cost": step_costs(best, k, moe_layers, gpu_ms, max_num_seqs),
+            "prior_acceptance": {phase: round(depth_sim.conditional(rate, k), 3)
+                                 for phase, rate in zip(("reasoning", "answer"), acceptance)}}
+
+
 def predict(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_seqs: int,
             acceptance: Sequence[float]) -> tuple[dict[int, Any], list[str]]:
     """depth_sim's tok/s per policy on the measured curve, for one request and --max-num-seqs
     (`acceptance`: reasoning, answer at depth K), and the lines that print them."""
     rates = {"reasoning": acceptance[0], "answer": acceptance[1]}
-    prior = step_costs(best, k, moe_layers, gpu_ms, max_num_seqs)
+    start = adaptive_start(best, k, moe_layers, gpu_ms, max_num_seqs, acceptance)
     predicted, lines = {}, []
     for requests in batch_sizes(max_num_seqs):
         costs = step_seconds(best, k, moe_layers, gpu_ms, requests)
         predicted[requests] = depth_sim.compare(costs, rates, PREDICT_TOKENS, seeds=PREDICT_SEEDS,
-                                                requests=requests, step_cost=prior)  # as the profile starts it
+                                                requests=requests, start=start)  # as the profile starts it
         lines += ["", f"predicted, {requests} running request(s), the rest of a step {' / '.join(map(str, gpu_ms))} "
                       f"ms, acceptance {rates['reasoning']:.0%} reasoning / {rates['answer']:.0%} answer:",
                   *depth_sim.table(predicted[requests])]
@@ -136,7 +145,7 @@ def mixed(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_s
 def profile(best: Run, runs: list[Run], fmt: str, k: int, moe_layers: int, gpu_ms: Sequence[float],
             max_num_seqs: int, acceptance: Sequence[float], predicted: dict[int, Any]) -> dict[str, Any]:
     """ds4x-step-cost.json: the draft_depth object adaptive starts from, and what was measured."""
-    return {"draft_depth": {"policy": "adaptive", "step_cost": step_costs(best, k, moe_layers, gpu_ms, max_num_seqs)},
+    return {"draft_depth": {"policy": "adaptive", **adaptive_start(best, k, moe_layers, gpu_ms, max_num_seqs, acceptance)},
             "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
                          "step_seconds": step_seconds(best, k, moe_layers, gpu_ms), "gpu_ms": gpu_ms,
                          "acceptance": {"reasoning": acceptance[0], "answer": acceptance[1]},

@@ -13,15 +13,17 @@ has graphs for come from its parsed config.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .depth_config import parse_draft_depth
 from .phase_tracker import ANSWER, PHASES, REASONING
 
-StepCostGiven = Sequence[float] | Mapping[str, Sequence[float]]
-"""draft_depth.step_cost as given: relative step costs, or such lists by running requests"""
+AdaptiveStart = Mapping[str, Any]
+"""what adaptive starts from, as a `measure` profile's draft_depth gives it (and `plan --measure
+--launch` gives it to the engine): step_cost (relative step costs, or such lists by running
+requests) and prior_acceptance (by phase)"""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,17 +58,21 @@ class NamedPolicy:
         return None if None in depths else frozenset(d for d in depths if d is not None)
 
 
-def named_policies(k: int, step_cost: StepCostGiven | None = None) -> dict[str, NamedPolicy]:
+def profile_start(draft_depth: Mapping[str, Any]) -> AdaptiveStart:
+    """What adaptive starts from in a `measure` profile's draft_depth object."""
+    return {name: value for name, value in draft_depth.items() if name != "policy"}
+
+
+def named_policies(k: int, start: AdaptiveStart | None = None) -> dict[str, NamedPolicy]:
     """By report name: fixed 0..K (below K a phase policy at one depth), phase 1/K and 0/K,
-    adaptive from depth 0 (starting from `step_cost` when given: the relative step costs of
-    a `measure` profile, as `plan --measure --launch` gives it to the engine)."""
+    adaptive from depth 0 (starting from `start` when given)."""
     table = [NamedPolicy(name=f"fixed {d}", case=None, draft_depth={"policy": "phase", "reasoning_depth": d,
                                                                     "answer_depth": d}) for d in range(k)]
     table.append(NamedPolicy(name=f"fixed {k}", case="fixed", draft_depth=None))
     table += [NamedPolicy(name=f"phase {r}/{k}", case=f"phase{r}{k}",
                           draft_depth={"policy": "phase", "reasoning_depth": r, "answer_depth": k}) for r in (1, 0)]
-    start = {} if step_cost is None else {"step_cost": step_cost}
-    table.append(NamedPolicy(name="adaptive", case="adaptive", draft_depth={"policy": "adaptive", "min_depth": 0, **start}))
+    table.append(NamedPolicy(name="adaptive", case="adaptive",
+                             draft_depth={"policy": "adaptive", "min_depth": 0, **(start or {})}))
     return {policy.name: policy for policy in table}
 
 
@@ -78,14 +84,14 @@ AV_CASE = "av"
 """the GPU-harness case mode ("dflash-av") for vLLM's own adaptive verification in place of a draft_depth policy"""
 
 
-def per_request_policies(k: int, step_cost: StepCostGiven | None = None) -> dict[str, NamedPolicy]:
+def per_request_policies(k: int, start: AdaptiveStart | None = None) -> dict[str, NamedPolicy]:
     """By report name ("phase 0/2 per request"): each named policy whose requests may choose different
     depths (phase, adaptive), with each request verifying its own depth in a mixed batch (the fork's
     model runner v2); its batches still run the deepest choice's graph, so it verifies, as a batch,
     what its named twin verifies."""
     return {p.name + PER_REQUEST: NamedPolicy(name=p.name + PER_REQUEST, case=p.case and p.case + OWN_CASE,
                                               draft_depth={**(p.draft_depth or {}), "verify": "request"})
-            for p in named_policies(k, step_cost).values()
+            for p in named_policies(k, start).values()
             if (depths := p.verified_depths(k)) is None or len(depths) > 1}
 
 

@@ -22,6 +22,10 @@ from ds4x.core import draft_depth as dd
     ({"policy": "adaptive", "prior_acceptance": math.inf}, "prior_acceptance=inf: expected a number in (0, 1)"),
     ({"policy": "adaptive", "smoothing": "0.1"}, "smoothing='0.1': expected a number in (0, 1], e.g. 0.03"),
     ({"policy": "adaptive", "prior_acceptance": False}, "prior_acceptance=False: expected a number in (0, 1)"),
+    ({"policy": "adaptive", "prior_acceptance": {"answer": 1.0}},
+     "prior_acceptance.answer=1.0: expected a number in (0, 1)"),
+    ({"policy": "adaptive", "prior_acceptance": {"thinking": 0.5}},
+     "prior_acceptance={'thinking': 0.5}: expected a rate, or rates by phase (reasoning, answer)"),
     ({"policy": "adaptive", "step_cost": "123"}, "step_cost: expected 3 positive costs (1..3 tokens verified), "
                                                  "e.g. [1.0, 1.6, 2.2]; got '123'"),  # a string is not a list
     ({"policy": "adaptive", "step_cost": [1, math.nan, 3]}, "step_cost: expected 3 positive costs"),
@@ -81,3 +85,11 @@ def test_the_hooks_share_one_parse_of_one_config() -> None:
 def test_each_policy_says_the_depth_it_chooses_in_a_phase(raw: Any, reasoning: int | None, answer: int | None) -> None:
     config = dd.parse_draft_depth(raw, 2)
     assert (config.phase_depth(dd.REASONING, 2), config.phase_depth(dd.ANSWER, 2)) == (reasoning, answer)
+
+
+def test_a_prior_acceptance_by_phase_leaves_the_phase_not_given_at_the_default() -> None:
+    config = dd.parse_draft_depth({"policy": "adaptive", "prior_acceptance": {"answer": 0.93}}, 2)
+    assert isinstance(config, dd.AdaptiveDepth)
+    assert config.prior_by_phase() == {"reasoning": 0.7, "answer": 0.93}
+    assert dd.parse_draft_depth({"policy": "adaptive", "prior_acceptance": 0.5}, 2).prior_by_phase() == {
+        "reasoning": 0.5, "answer": 0.5}

@@ -641,3 +641,16 @@ def test_probes_wait_for_their_step_under_async_scheduling() -> None:
     assert probes >= 4
     assert state.acceptance["reasoning"].counts[0] >= probes - 1  # every probe verified and learned from (the last maybe not yet)
     assert state.depth == 0
+
+
+def test_acceptance_priors_by_phase_start_an_answering_request_deep_on_a_cheap_depth_0() -> None:
+    """bench/results/h200-dsv4-e2e-rest: with DSpark resting, a depth-0 step cost 22.3 ms against 53.8 at
+    depth 2. At one prior (0.7) for both phases, depth 2 does not pay for a new answering request, which
+    then probes one draft at a time and never learns the second; measure's priors by phase (0.39 / 0.89 at
+    depth 2 given, 0.515 / 0.925 a position) start it at depth 2 and a reasoning request at depth 0."""
+    costs = [1.0, 42.9 / 22.3, 53.8 / 22.3]
+    one = adaptive(step_cost=costs)
+    by_phase = adaptive(step_cost=costs, prior_acceptance={"reasoning": 0.515, "answer": 0.925})
+    assert one.add("a", [THINK, END_THINK], None).depth == 0
+    assert by_phase.add("a", [THINK, END_THINK], None).depth == 2
+    assert by_phase.add("r", [THINK], None).depth == 0

@@ -177,9 +177,9 @@ def test_adaptive_is_simulated_as_the_engine_started_it(runs: tuple[dict[str, An
 
 def test_policies_give_adaptive_its_start() -> None:
     assert sim.policies(2)["adaptive"] == {"policy": "adaptive", "min_depth": 0}  # no step_cost: a flat start
-    assert sim.policies(2, [1.0, 2.0, 3.0])["adaptive"] == {"policy": "adaptive", "min_depth": 0,
+    assert sim.policies(2, {"step_cost": [1.0, 2.0, 3.0]})["adaptive"] == {"policy": "adaptive", "min_depth": 0,
                                                             "step_cost": [1.0, 2.0, 3.0]}
-    assert sim.policies(2, [1.0, 2.0, 3.0])["fixed 1"] == sim.policies(2)["fixed 1"]
+    assert sim.policies(2, {"step_cost": [1.0, 2.0, 3.0]})["fixed 1"] == sim.policies(2)["fixed 1"]
 
 
 def test_the_committed_deepseek_v4_run_fails_closed_on_its_acceptance(capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,7 @@ def test_the_engine_checks_run_the_harness_policies_under_their_names() -> None:
 
 
 def test_the_simulator_s_policies_are_the_table_s() -> None:
-    named = depth_sim.policies(2, [1.0, 2.0, 3.0])
+    named = depth_sim.policies(2, {"step_cost": [1.0, 2.0, 3.0]})
     assert list(named) == ["fixed 0", "fixed 1", "fixed 2", "phase 1/2", "phase 0/2", "adaptive"]
     assert named["fixed 1"] == {"policy": "phase", "reasoning_depth": 1, "answer_depth": 1}
     assert named["fixed 2"] is None and named["phase 0/2"] == PHASE_02 == launch.PHASE_02
