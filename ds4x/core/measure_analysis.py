@@ -107,9 +107,10 @@ def step_costs(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_
 def adaptive_start(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_seqs: int,
                    acceptance: Sequence[float]) -> dict[str, Any]:
     """What adaptive starts from: the measured step costs, and per phase the acceptance per
-    position that the phase's given rate at depth K means (`acceptance`: reasoning, answer)."""
+    position that the phase's given rate at depth K means (`acceptance`: reasoning, answer; kept
+    inside (0, 1), which prior_acceptance takes, for rates at its ends)."""
     return {"step_cost": step_costs(best, k, moe_layers, gpu_ms, max_num_seqs),
-            "prior_acceptance": {phase: round(depth_sim.conditional(rate, k), 3)
+            "prior_acceptance": {phase: min(max(round(depth_sim.conditional(rate, k), 3), 0.001), 0.999)
                                  for phase, rate in zip(("reasoning", "answer"), acceptance)}}
 
 

@@ -91,5 +91,5 @@ def test_a_prior_acceptance_by_phase_leaves_the_phase_not_given_at_the_default()
     config = dd.parse_draft_depth({"policy": "adaptive", "prior_acceptance": {"answer": 0.93}}, 2)
     assert isinstance(config, dd.AdaptiveDepth)
     assert config.prior_by_phase() == {"reasoning": 0.7, "answer": 0.93}
-    assert dd.parse_draft_depth({"policy": "adaptive", "prior_acceptance": 0.5}, 2).prior_by_phase() == {
-        "reasoning": 0.5, "answer": 0.5}
+    one = dd.parse_draft_depth({"policy": "adaptive", "prior_acceptance": 0.5}, 2)
+    assert isinstance(one, dd.AdaptiveDepth) and one.prior_by_phase() == {"reasoning": 0.5, "answer": 0.5}

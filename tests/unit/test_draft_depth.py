@@ -645,12 +645,17 @@ def test_probes_wait_for_their_step_under_async_scheduling() -> None:
 
 def test_acceptance_priors_by_phase_start_an_answering_request_deep_on_a_cheap_depth_0() -> None:
     """bench/results/h200-dsv4-e2e-rest: with DSpark resting, a depth-0 step cost 22.3 ms against 53.8 at
-    depth 2. At one prior (0.7) for both phases, depth 2 does not pay for a new answering request, which
-    then probes one draft at a time and never learns the second; measure's priors by phase (0.39 / 0.89 at
-    depth 2 given, 0.515 / 0.925 a position) start it at depth 2 and a reasoning request at depth 0."""
+    depth 2 (timed live). At one prior (0.7) for both phases, depth 2 does not pay there for a new answering
+    request, which then probes one draft at a time and never learns the second; measure's priors by phase
+    (0.39 / 0.89 at depth 2 given, 0.515 / 0.925 a position) start it at depth 2 and a reasoning request at
+    depth 0. On that run's measure profile alone (its CPU experts' curve, no GPU rest: depth 2 at 3.18x
+    depth 0) depth 0 still wins at 0.925, until depth 2 is timed."""
     costs = [1.0, 42.9 / 22.3, 53.8 / 22.3]
     one = adaptive(step_cost=costs)
-    by_phase = adaptive(step_cost=costs, prior_acceptance={"reasoning": 0.515, "answer": 0.925})
+    priors = {"reasoning": 0.515, "answer": 0.925}
+    by_phase = adaptive(step_cost=costs, prior_acceptance=priors)
     assert one.add("a", [THINK, END_THINK], None).depth == 0
     assert by_phase.add("a", [THINK, END_THINK], None).depth == 2
     assert by_phase.add("r", [THINK], None).depth == 0
+    profile_only = adaptive(step_cost=[1.0, 2.275, 3.1775], prior_acceptance=priors)
+    assert profile_only.add("a", [THINK, END_THINK], None).depth == 0

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ds4x.core import draft_depth as dd
-from ds4x.core.drafter_rest import DrafterRest
+from ds4x.core.drafter_rest import DrafterRest, may_rest
 from tests.unit.depth_by_id import ById
 
 THINK, END_THINK = 1, 2
@@ -18,21 +18,35 @@ K = 2
 
 def test_a_batch_of_one_depth_rests_whole_or_not_at_all() -> None:
     rest = DrafterRest(per_request=False)
-    rest.consider(["r1"])
-    assert rest.settle(["r1", "a"]) == frozenset()  # "a" drafts for the next step: the block runs
-    assert not rest.verifies_nothing("r1")
-    rest.consider(["r1", "r2", "waiting"])
-    assert rest.settle(["r1", "r2"]) == {"r1", "r2"}  # one not scheduled is not resting
-    assert rest.verifies_nothing("r1") and rest.verifies_nothing("new")  # the batch verifies nothing after it
-    rest.consider([])
-    assert rest.settle(["r1", "r2"]) == frozenset() and not rest.verifies_nothing("r1")
+    rest.consider(["r1"], ["r1", "a"])
+    assert rest.settle(["r1", "a"]) == frozenset() == rest.stale  # "a" drafts for the next step: the block runs
+    rest.consider(["r1", "r2", "waiting"], ["r1", "r2", "waiting"])
+    assert rest.settle(["r1", "r2"]) == {"r1", "r2"} == rest.stale  # one not scheduled is not resting
+    rest.consider([], ["r1", "r2"])
+    assert rest.settle(["r1", "r2"]) == frozenset() == rest.stale
 
 
 def test_per_request_each_rests_on_its_own() -> None:
     rest = DrafterRest(per_request=True)
-    rest.consider(["r"])
-    assert rest.settle(["r", "a"]) == {"r"}
-    assert rest.verifies_nothing("r") and not rest.verifies_nothing("a")
+    rest.consider(["r"], ["r", "a"])
+    assert rest.settle(["r", "a"]) == {"r"} == rest.stale
+
+
+def test_drafts_stay_stale_until_the_request_is_next_scheduled() -> None:
+    """A request that rested and then sat a step out (the token budget, pipeline parallelism) has
+    the same drafts when it is next scheduled: still stale; once scheduled with its drafter
+    working, no longer; a request that left is forgotten."""
+    rest = DrafterRest(per_request=True)
+    rest.consider(["r"], ["r", "a"])
+    rest.settle(["r", "a"])
+    rest.consider([], ["r", "a"])
+    assert rest.settle(["a"]) == frozenset() and rest.stale == {"r"}  # r not scheduled: still stale
+    rest.consider([], ["r", "a"])
+    assert rest.settle(["r", "a"]) == frozenset() and rest.stale == frozenset()  # r drafted afresh
+    rest.consider(["r"], ["r"])
+    rest.settle(["r"])
+    rest.consider([], ["a"])  # r finished
+    assert rest.stale == frozenset()
 
 
 class Engine:
@@ -46,9 +60,9 @@ class Engine:
         self.rest, self.lag = DrafterRest(per_request=True), lag
 
     def schedule(self) -> tuple[int, int, bool]:
-        state, strategy = self.state, self.policy.policy.strategy
-        self.rest.consider(["a"] if state.depth == 0 and not strategy.decides_next(state) else [])
-        verified = 0 if self.rest.verifies_nothing("a") else state.depth
+        state = self.state
+        self.rest.consider(["a"] if may_rest(self.policy.policy, state) else [], ["a"])
+        verified = 0 if "a" in self.rest.stale else state.depth
         return verified, state.depth, "a" in self.rest.settle(["a"])
 
     def run(self, steps: int, accepted: int = 0, tokens: list[int] | None = None) -> list[tuple[int, int, bool]]:
@@ -93,3 +107,15 @@ def test_a_phase_change_in_a_resting_step_costs_one_step_at_depth_0(lag: int) ->
     assert verified == [0] * (3 + lag) + [K] * (5 - lag)
     stale = [chosen for v, chosen, _ in steps if v != chosen]
     assert stale == [K]  # one step where it chose 2 and verified nothing
+
+
+def test_a_request_whose_depth_0_rounds_up_to_a_graph_depth_does_not_rest() -> None:
+    """A client's own depth 0 under phase 1/2 (graphs for depths 1 and 2) verifies one draft: its
+    drafter must draft for it."""
+    policy = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "phase", "reasoning_depth": 1}, K), K,
+                            dd.PhaseTracker([[THINK]], [[END_THINK]]))
+    own_zero = policy.add("o", [THINK], {"draft_depth": 0})
+    assert own_zero.depth == 0 and policy.batch_depth[0] == 1 and not may_rest(policy, own_zero)
+    zero = dd.DepthPolicy(dd.DraftDepthConfig.from_dict({"policy": "phase", "reasoning_depth": 0}, K), K,
+                          dd.PhaseTracker([[THINK]], [[END_THINK]]))
+    assert may_rest(zero, zero.add("r", [THINK], None))

@@ -118,3 +118,17 @@ def test_a_wider_noise_bound_advises_from_a_spread_the_default_refuses(tmp_path:
     code, jobs = measure(tmp_path, [(CLEAN, 0.5)], 60, "--noise-bound", "1")
     assert (code, [job["threads"] for job in jobs]) == (0, [1, 2]), capsys.readouterr().err
     assert "noisy" not in capsys.readouterr().out and (tmp_path / "p.json").is_file()
+
+
+def test_the_profile_starts_adaptive_from_each_phase_s_acceptance_inside_its_range() -> None:
+    """measure's draft_depth: the per-position rate each phase's --acceptance means (0.39 at depth 2:
+    0.515), kept below 1 where the rate rounds there, so that the engine takes the profile."""
+    from ds4x.core import draft_depth as dd
+
+    measured = json.loads((Path(__file__).resolve().parents[2] / "bench/results/h200-dsv4-e2e-rest/measure.json")
+                          .read_text())["measured"]
+    best = next(run for run in measured["runs"] if run["threads"] == measured["lk_threads"])
+    start = analysis.adaptive_start(best, 2, 8, measured["gpu_ms"], 1, (0.39, 0.9999))
+    assert start["prior_acceptance"] == {"reasoning": 0.515, "answer": 0.999}
+    config = dd.DraftDepthConfig.from_dict({"policy": "adaptive", **start}, 2)
+    assert isinstance(config, dd.AdaptiveDepth) and config.prior_by_phase()["answer"] == 0.999

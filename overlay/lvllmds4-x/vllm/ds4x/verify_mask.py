@@ -52,7 +52,7 @@ def prepare_drafter(resting: frozenset[str] | None, req_ids: list[str]) -> None:
     of each resting request (request i's are [i K, (i + 1) K) in DSpark's block)."""
     global _all_rest, _draft_marked
     _all_rest = bool(_block and req_ids) and resting is not None and all(r in resting for r in req_ids)
-    if _draft_rows is None:
+    if _draft_rows is None or not (_draft_marked or (resting and not _all_rest)):  # nothing to mark or clear
         return
     end = max(_draft_marked, len(req_ids) * _block)
     host = np.zeros(end, dtype=np.bool_)
@@ -60,8 +60,7 @@ def prepare_drafter(resting: frozenset[str] | None, req_ids: list[str]) -> None:
         for i, req_id in enumerate(req_ids):
             if req_id in resting:
                 host[i * _block:(i + 1) * _block] = True
-    if end:
-        _draft_rows[:end].copy_(torch.from_numpy(host), non_blocking=True)
+    _draft_rows[:end].copy_(torch.from_numpy(host), non_blocking=True)
     _draft_marked = len(req_ids) * _block if host.any() else 0
 
 

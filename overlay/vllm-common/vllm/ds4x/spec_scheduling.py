@@ -30,7 +30,7 @@ from vllm.ds4x.draft_depth import (
     RequestState,
     configured_draft_depth,
 )
-from vllm.ds4x.drafter_rest import DrafterRest
+from vllm.ds4x.drafter_rest import DrafterRest, may_rest
 from vllm.ds4x.scheduler_seams import (
     ForkSchedulerOutputView,
     RequestView,
@@ -121,7 +121,10 @@ class DraftDepthScheduling:
         tracker = phase_tracker(vllm_config)
         if isinstance(config, FixedDepth) and tracker is None:
             return None
-        rests = spec.method == "dspark" and _fork_runner(vllm_config)
+        # DSpark stores its context K/V apart from its draft block; not under data parallelism,
+        # where a rank that skipped the block would leave the others' graph dispatch
+        rests = (spec.method == "dspark" and _fork_runner(vllm_config)
+                 and vllm_config.parallel_config.data_parallel_size == 1)
         logger.info("ds4x draft depth: policy %s, K_max %d, phase tracking %s, drafter rests %s",
                     config.policy, k_max, "on" if tracker else "off", "on" if rests else "off")
         lag = 2 if vllm_config.scheduler_config.async_scheduling else 1
@@ -156,15 +159,13 @@ class DraftDepthScheduling:
         self.verify_depths = None
         if not self._may_cut_drafts:
             return
-        rest = self._rest
-        if rest is not None:
+        stale: frozenset[str] = frozenset()  # drafted by a resting drafter: verified by no step
+        if self._rest is not None:
             running = list(running)
-            decides_next = self.strategy.decides_next
-            rest.consider(r.request_id for r in running
-                          if r.ds4x_depth_state.depth == 0 and not decides_next(r.ds4x_depth_state))
+            stale = self._weigh_rests(running)
         chosen, full = -1, self._k_max_choice
         for request in running:
-            mine = self._chosen(request)
+            mine = 0 if request.request_id in stale else request.ds4x_depth_state.depth
             if mine > chosen and request.spec_token_ids:
                 if mine >= full and not self._per_request:  # K_max: nothing to cut, no need to look further
                     return
@@ -177,17 +178,27 @@ class DraftDepthScheduling:
             drafts = request.spec_token_ids
             if len(drafts) > depth:
                 request.spec_token_ids = drafts = drafts[:depth]
-            if self._per_request and drafts and (mine := batch_depth[self._chosen(request)]) < len(drafts):
-                own[request.request_id] = mine
+            if self._per_request and drafts:
+                mine = batch_depth[0 if request.request_id in stale else request.ds4x_depth_state.depth]
+                if mine < len(drafts):
+                    own[request.request_id] = mine
         self.verify_depths = own or None
 
-    def _chosen(self, request: RequestView) -> int:
-        """The depth a request verifies this step, before rounding: its choice, or 0 when
-        its drafts are stale (its drafter rested)."""
-        rest = self._rest
-        if rest is not None and rest.verifies_nothing(request.request_id):
-            return 0
-        return request.ds4x_depth_state.depth
+    def _weigh_rests(self, running: list[RequestView]) -> frozenset[str]:
+        """Which requests' drafter may rest in the step being scheduled (DrafterRest.consider),
+        and the stale drafts of the last one's: a batch of one depth whose drafter rested
+        verifies nothing (every draft cut here, the empty set returned); else the requests
+        whose drafts are stale, each to verify none."""
+        rest, policy = self._rest, self.policy
+        assert rest is not None
+        rest.consider((r.request_id for r in running if may_rest(policy, r.ds4x_depth_state)),
+                      (r.request_id for r in running))
+        if rest.stale and not self._per_request:
+            for request in running:
+                if request.spec_token_ids:
+                    request.spec_token_ids = []
+            return frozenset()
+        return rest.stale
 
     def annotate(self, scheduler_output: ForkSchedulerOutputView) -> None:
         """The scheduled step's output gets each request's own verify depth where below the
