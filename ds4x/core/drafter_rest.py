@@ -7,10 +7,10 @@ hidden states of the tokens just accepted) and then drafts a block of K
 tokens for every request, which the next step verifies. A request that
 verifies no draft (it chose depth 0, a graph depth) and cannot choose
 another before that step (a phase or fixed policy never decides on its own;
-adaptive only when it is due) would throw that block away. Its drafter rests: its query rows go to no CPU expert, and
-when every request of the step rests, the block is not run at all. Its
-context K/V is stored as always, so its later drafts are what they would
-have been.
+adaptive only when it is due) would throw that block away. Its drafter
+rests: its query rows go to no CPU expert, and when every request of the
+step rests, the block is not run at all. Its context K/V is stored as
+always, so its later drafts are what they would have been.
 
 What a resting drafter proposed is stale: the step that next schedules
 that request verifies none of it (its own depth is 0 there; a batch of one
