@@ -123,7 +123,7 @@ class DraftDepthScheduling:
             return None
         # DSpark stores its context K/V apart from its draft block; not under data parallelism,
         # where a rank that skipped the block would leave the others' graph dispatch
-        rests = (spec.method == "dspark" and _fork_runner(vllm_config)
+        rests = (spec is not None and spec.method == "dspark" and _fork_runner(vllm_config)
                  and vllm_config.parallel_config.data_parallel_size == 1)
         logger.info("ds4x draft depth: policy %s, K_max %d, phase tracking %s, drafter rests %s",
                     config.policy, k_max, "on" if tracker else "off", "on" if rests else "off")
