@@ -277,6 +277,23 @@ def run_stats(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
             "a1_stopped_mid_step": "a1" not in s.requests}
 
 
+def use_policy(s: Any, config: dict[str, Any], drafter_rests: bool = False) -> None:
+    """The scheduler's draft-depth hook, for `config` (on the scheduler's own phase markers and
+    lag), as the fork's start-up makes it: verify "request" and DSpark's rests exist only there."""
+    policy = s.ds4x_depth.policy
+    s.ds4x_depth = DraftDepthScheduling(DepthPolicy(DraftDepthConfig.from_dict(config, K), K, policy.tracker,
+                                                    policy.lag), drafter_rests)
+
+
+def fork_hook(s: Any, out: Any) -> str:
+    """What wrote the fork's fields into a scheduled step's output: "fork", its scheduler; else
+    "emulated": upstream's SchedulerOutput has none, and the fork's hook (annotate) is called here."""
+    if hasattr(out, "ds4x_verify_depths"):
+        return "fork"
+    s.ds4x_depth.annotate(out)
+    return "emulated"
+
+
 def run_per_request(model: str) -> dict[str, Any]:
     """Each request verifying its own depth (draft_depth verify "request", phase 0/2), as the fork's
     model runner v2 runs it: "r" reasons (depth 0) beside "a" answering (2), so the batch runs
@@ -290,16 +307,11 @@ def run_per_request(model: str) -> dict[str, Any]:
     except ValueError as e:  # DraftDepthError, or pydantic's wrapping of it
         refused = str(e)
     s = scheduler(model, config, False)
-    policy = s.ds4x_depth.policy
-    s.ds4x_depth = DraftDepthScheduling(DepthPolicy(DraftDepthConfig.from_dict({**config, "verify": "request"}, K),
-                                                    K, policy.tracker, policy.lag))
+    use_policy(s, {**config, "verify": "request"})
     s.num_lookahead_tokens = K
     reqs = {"r": request("r", [5] * 12 + [THINK]), "a": request("a", [5] * 10 + [THINK, 8, END_THINK])}
     ids, out = first_verify_step(s, reqs)
-    hook = "fork" if getattr(out, "ds4x_verify_depths", None) is not None else "emulated"
-    if hook == "emulated":  # upstream's SchedulerOutput: what the fork's scheduler hook sets
-        out.ds4x_verify_depths = s.ds4x_depth.verify_depths
-    result = {"refused": refused, "hook": hook, "scheduled_drafts": drafts(out, ids),
+    result = {"refused": refused, "hook": fork_hook(s, out), "scheduled_drafts": drafts(out, ids),
               "verify_depths": out.ds4x_verify_depths}
     engine_out = s.update_from_output(out, output(ids, {"r": [40], "a": [30, 41]}))
     stats = engine_out[0].scheduler_stats.spec_decoding_stats
@@ -323,21 +335,14 @@ def run_drafter_rest(model: str) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for verify, ids in (("batch", ["r"]), ("request", ["r", "a"])):
         s = scheduler(model, config, False)
-        policy = s.ds4x_depth.policy
-        s.ds4x_depth = DraftDepthScheduling(DepthPolicy(DraftDepthConfig.from_dict({**config, "verify": verify}, K),
-                                                        K, policy.tracker, policy.lag), drafter_rests=True)
+        use_policy(s, {**config, "verify": verify}, drafter_rests=True)
         s.num_lookahead_tokens = K
         for r in ids:
             s.add_request(request(r, prompts[r]))
         hooks, steps = set(), []
-        out = None
         for sampled in [{r: [20] for r in ids}, *made]:  # the prefill, then three decode steps
             out = s.schedule()
-            if hasattr(out, "ds4x_resting_drafters"):
-                hooks.add("fork")
-            else:  # upstream's SchedulerOutput: what the fork's scheduler hook sets
-                hooks.add("emulated")
-                s.ds4x_depth.annotate(out)
+            hooks.add(fork_hook(s, out))
             steps.append({"drafts": drafts(out, ids), "verify_depths": out.ds4x_verify_depths,
                           "resting": sorted(out.ds4x_resting_drafters or ())})
             s.update_from_output(out, output(ids, {r: sampled[r] for r in ids}))
