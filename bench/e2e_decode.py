@@ -38,7 +38,7 @@ from bench import e2e_mixed
 from bench.counters import HarnessCounters
 from bench.e2e_mixed import NO_SPEC, spread
 from ds4x.core import depth_sim as sim
-from ds4x.core.named_policies import named_policies, same_behaviour
+from ds4x.core.named_policies import PER_REQUEST, any_policy, same_behaviour
 
 K = 2
 BASELINE = f"fixed {K}"
@@ -81,6 +81,12 @@ class Results:
                 if cell["phase"] != e2e_mixed.MIXED:  # the mixed batches' cells: bench/e2e_mixed.py
                     out[cell["phase"], cell["requests"], cell["policy"]].append(cell)
         return out
+
+    def twins(self, n: int) -> list[str]:
+        """The per-request twins the engine planned in phase-pure cells of `n` requests (runs since
+        2026-12-04: uniform_per_request)."""
+        planned = self.spec.get("uniform_per_request") or {}
+        return list(planned.get("policies", [])) if n in planned.get("requests", []) else []
 
     def layer_ms(self, tokens: int) -> float:
         """The stand-in layer's cpu_decode ms for this many tokens, at the LK_THREADS the engines ran."""
@@ -135,12 +141,13 @@ def check(res: Results) -> None:
         res.problems.append("no cells measured")
     for phase in phases:
         for n in requests:
-            for policy in res.policies:
+            policies = res.policies + res.twins(n)
+            for policy in policies:
                 have = len(cells.get((phase, n, policy), []))
                 want = len(rounds["nospec" if policy == NO_SPEC else "spec"])
                 if have != want or any(c.get("tok_s") is None for c in cells.get((phase, n, policy), [])):
                     res.problems.append(f"{phase} x{n} {policy}: {have} of {want} rounds measured")
-            tokens = {json.dumps(c["tokens"]) for p in res.policies for c in cells.get((phase, n, p), [])}
+            tokens = {json.dumps(c["tokens"]) for p in policies for c in cells.get((phase, n, p), [])}
             if len(tokens) > 1:
                 res.problems.append(f"{phase} x{n}: greedy tokens differ between cells ({len(tokens)} variants)")
     for run, lengths in ((res.nospec, {"1"}), (res.spec, {"1", "2", "3"})):
@@ -169,7 +176,7 @@ def verified_depth(policy: str, phase: str) -> str | None:
     draft_depth config as the scheduler rounds it (None: adaptive chooses)."""
     if policy == NO_SPEC:
         return "0"
-    depth = named_policies(K)[policy].verified_depth(phase, K)
+    depth = any_policy(policy, K).verified_depth(phase, K)
     return None if depth is None else str(depth)
 
 
@@ -289,6 +296,21 @@ def targets(n: int, measured: dict[str, dict[str, float]]) -> list[str]:
             for name, ratio, floor, bound in checks]
 
 
+def uniform_twins(res: Results, n: int, noise: float) -> list[str]:
+    """Each per-request twin in the phase-pure cells of `n` requests against its batch-uniform twin,
+    paired by round, and the issue's target: no slower (within the run's noise floor)."""
+    lines = []
+    for phase in PHASES:
+        for twin in res.twins(n):
+            base = twin.removesuffix(PER_REQUEST)
+            ratios = [c["tok_s"] / b["tok_s"] for c, b in e2e_mixed.same_round(res.cells[phase, n, twin],
+                                                                                res.cells[phase, n, base])]
+            ratio = statistics.median(ratios)
+            lines.append(f"{'MET   ' if ratio >= 1 - noise else 'MISSED'} x{n} {phase}: {twin} no slower than "
+                         f"{base} within the noise floor ({noise:.1%}): {ratio:.3f} [{min(ratios):.3f}-{max(ratios):.3f}]")
+    return lines
+
+
 def within(ratio: float, floor: float, noise: float) -> str:
     """What a miss by less than the noise floor is: one this run cannot tell from a meet."""
     return f" (by less than this run's noise floor, {noise:.1%})" if floor > ratio >= floor * (1 - noise) else ""
@@ -307,6 +329,9 @@ def batch_sections(res: Results, n: int, seeds: int) -> list[str]:
           f"the rest), both phases pooled, and each phase's own steps; acceptance as measured\n"
           + "\n".join(lines))
     print("\n" + "\n".join(targets(n, measured)))
+    if twins := uniform_twins(res, n, noise_floor(measured)):
+        print(f"\neach request verifying its own depth in uniform batches, x{n}: tok/s against the batch's depth, "
+              "median [range] of the rounds (same round, same engine)\n" + "\n".join(twins))
     return misses
 
 

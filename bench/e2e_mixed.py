@@ -33,6 +33,7 @@ from ds4x.core.phase_tracker import PHASES
 
 MIXED = "mixed"
 NO_SPEC = "no speculation"
+Cell = Mapping[str, Any]
 Cells = dict[tuple[int, str], list[dict[str, Any]]]
 """(requests, policy) -> the batch's mixed cells, one a round"""
 
@@ -167,11 +168,17 @@ def twin_gains(cells: Cells, n: int, k: int) -> list[str]:
         base = twin.removesuffix(PER_REQUEST)
         if (n, twin) not in cells:
             continue
-        pairs = [(c, b) for c in cells[n, twin] for b in cells[n, base] if b["round"] == c["round"]]
-        ratios = {what: [rates(c)[what] / rates(b)[what] for c, b in pairs] for what in ("batch", *PHASES)}
+        matched = same_round(cells[n, twin], cells[n, base])
+        ratios = {what: [rates(c)[what] / rates(b)[what] for c, b in matched] for what in ("batch", *PHASES)}
         lines.append(f"{twin:<22} vs {base}: " + ", ".join(
             f"{what} {statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]" for what, r in ratios.items() if r))
     return lines
+
+
+def same_round(cells: Sequence[Cell], base: Sequence[Cell]) -> list[tuple[Cell, Cell]]:
+    """A per-request twin's cells, each with its batch-uniform twin's cell of the same round."""
+    by_round = {b["round"]: b for b in base}
+    return [(c, by_round[c["round"]]) for c in cells if c["round"] in by_round]
 
 
 def curve_cost(curve: Mapping[int, float], layers: int, seconds: Sequence[float], n: int,

@@ -28,7 +28,9 @@ and two of each where max-num-seqs (the most of E2E_REQUESTS) allows, for every
 policy (depth_mixed.mixed_batches; E2E_MIXED=0: none; no warm-up round of their own,
 the round's phase-pure cells come first), and for each policy whose requests may choose
 different depths its per-request twin (named_policies.per_request_policies: each request
-verifies its own depth in the batch's graph; E2E_PER_REQUEST=0: not run). E2E_ROUNDS rounds (default 3), the policy
+verifies its own depth in the batch's graph; E2E_PER_REQUEST=0: not run), which also runs in
+the phase-pure cells of 2 or more requests (there its requests mostly agree: per-request
+verify must cost nothing). E2E_ROUNDS rounds (default 3), the policy
 order rotated each round. The JSON is rewritten after every cell, so a run cut short
 keeps what it measured.
 
@@ -278,7 +280,7 @@ def main() -> dict:
     counters.reset()
     for round_ in range(ROUNDS):
         for phase, n, prompt_ids in cell_plan(texts):
-            ran = mixed_policies if phase == MIXED_PHASE else policies
+            ran = mixed_policies if phase == MIXED_PHASE or n > 1 else policies
             shift = round_ % len(ran)
             for name, config in ran[shift:] + ran[:shift]:
                 if scheduling:
@@ -323,13 +325,15 @@ def warm_up(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: 
 
 def record(llm, init_s: float, keep: dict[str, float]) -> dict:
     """The run's result record, before its cells: what the engine ran with."""
+    run_twins = [name for name, _ in twins(chosen_policies())] if MODE == "spec" and TWINS else []
     return {"mode": MODE, "init_s": init_s, "tokens_per_request": TOKENS,
             "async_scheduling": bool(llm.llm_engine.vllm_config.scheduler_config.async_scheduling),
             "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
             "tag": TAG, "overlap": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
             "ubatch_tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
             "warm_up_rounds": WARMUP, "mixed": MIXED,
-            "mixed_per_request": [name for name, _ in twins(chosen_policies())] if MODE == "spec" and TWINS else [],
+            "mixed_per_request": run_twins,
+            "uniform_per_request": {"requests": [n for n in REQUESTS if n > 1], "policies": run_twins},
             "adaptive_step_cost": (adaptive_start() or {}).get("step_cost"),
             "adaptive_prior_acceptance": (adaptive_start() or {}).get("prior_acceptance"),
             **moe_layers(llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers), "cells": []}

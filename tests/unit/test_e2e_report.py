@@ -275,3 +275,40 @@ def test_per_request_verify_depths_cut_the_mixed_step_and_keep_the_tokens() -> N
         step = {c["policy"]: c["steps"]["2"]["median_ms"] for c in mixed if c["round"] == round_ and "2" in c["steps"]}
         assert step["phase 0/2 per request"] < 0.8 * step["phase 0/2"]
         assert step["phase 1/2 per request"] < step["phase 1/2"]
+
+
+def with_uniform_twins(runs: tuple[dict[str, Any], dict[str, Any]], slower: float = 1.0
+                       ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run with phase 0/2's per-request twin in the phase-pure cells of two requests, `slower`
+    times the batch twin's step (its requests agree there: the same depth, the same tokens); and a
+    noise floor of 3% (fixed 0 reasoning, which verifies what phase 0/2 does there, 3% faster)."""
+    nospec, spec = copy.deepcopy(runs)
+    for c in spec["cells"]:
+        if c["policy"] == "fixed 0" and c["phase"] == "reasoning" and c["requests"] == 2:
+            c["tok_s"] *= 1.03
+    spec["uniform_per_request"] = {"requests": [2], "policies": ["phase 0/2 per request"]}
+    for c in [c for c in spec["cells"] if c["policy"] == "phase 0/2" and c["requests"] == 2]:
+        spec["cells"].append({**copy.deepcopy(c), "policy": "phase 0/2 per request", "tok_s": c["tok_s"] / slower})
+    return nospec, spec
+
+
+@pytest.mark.parametrize(("slower", "verdict"), [(1.0, "MET   "), (1.02, "MET   "), (1.3, "MISSED")])
+def test_per_request_verify_in_uniform_batches_is_held_to_no_slower(
+        runs: tuple[dict[str, Any], dict[str, Any]], slower: float, verdict: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """#38: per-request verify, where a batch's requests agree, no slower than today within the noise
+    floor (a difference inside it is a tie); the twins are paired with their batch twins by round."""
+    assert e2e_decode.main([str(write(tmp_path, *with_uniform_twins(runs, slower))), "--seeds", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ratio = f"{1 / slower:.3f}"
+    for phase in ("reasoning", "answer"):
+        line = next(x for x in lines if x.startswith(f"{verdict} x2 {phase}: phase 0/2 per request no slower"))
+        assert line.endswith(f": {ratio} [{ratio}-{ratio}]")
+
+
+def test_a_planned_uniform_twin_that_did_not_run_fails(runs: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    nospec, spec = with_uniform_twins(runs)
+    spec["cells"] = [c for c in spec["cells"] if not (c["policy"].endswith("per request") and c["phase"] == "answer")]
+    assert e2e_decode.main([str(write(tmp_path, nospec, spec)), "--seeds", "2"]) == 1
+    assert "FAIL: answer x2 phase 0/2 per request: 0 of 2 rounds measured" in capsys.readouterr().out
