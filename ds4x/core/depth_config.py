@@ -49,8 +49,7 @@ class DraftDepthConfig:
     deepest choice in it, rounded up to a graph depth). "request": each
     request verifies its own rounded choice; the batch still runs the deepest
     depth's graph, with the drafts past a request's own depth masked (routed to
-    no CPU expert, their tokens discarded), and adaptive prices a request's
-    depth at its own rows' cost in the batch. The fork's model runner v2 only."""
+    no CPU expert, their tokens discarded). The fork's model runner v2 only."""
 
     @classmethod
     def from_dict(cls, raw: Any, k_max: int) -> DraftDepthConfig:

@@ -38,39 +38,11 @@ def best_depth(acceptance: Sequence[float], costs: Sequence[float],
     """The depth with most expected tokens per unit of step cost (the shallower
     on a tie; candidates ascending), and the rate of every depth."""
     rates = [tokens / cost for tokens, cost in zip(expected_tokens_by_depth(acceptance, len(costs) - 1), costs)]
-    return _best(rates, candidates), rates
-
-
-@dataclass(frozen=True, slots=True)
-class Beside:
-    """The rest of a batch whose requests each verify their own depth: how many requests,
-    their expected tokens a step, and the tokens they verify between them."""
-
-    requests: int
-    expected: float
-    verified: int
-
-
-def best_in_batch(acceptance: Sequence[float], costs: StepCosts, candidates: Sequence[int],
-                  beside: Beside) -> tuple[int, list[float]]:
-    """Per-request verify: the depth that gives the whole batch the most expected tokens per unit
-    of step cost, the others' depths held. lk_moe pays for every row verified, so a request's
-    depth is priced at its own rows' marginal cost (StepCosts.batch_cost), not at a step where
-    every request verifies as deep; and the rates of its depths, as best_depth gives them."""
-    mine = expected_tokens_by_depth(acceptance, len(costs.prior) - 1)
-    requests = beside.requests + 1
-    rates = [(beside.expected + tokens) / costs.batch_cost(beside.verified + 1 + depth, requests)
-             for depth, tokens in enumerate(mine)]
-    return _best(rates, candidates), rates
-
-
-def _best(rates: Sequence[float], candidates: Sequence[int]) -> int:
-    """The candidate with the highest rate; the shallower on a tie (candidates ascending)."""
     best = candidates[0]  # no max(key=): decisions are frequent
     for depth in candidates:
         if rates[depth] > rates[best]:
             best = depth
-    return best
+    return best, rates
 
 
 @dataclass(slots=True)
@@ -242,18 +214,6 @@ class StepCosts:
             scale = sum(seen[t] / prior[t - 1] for t in seen) / len(seen) if seen else 1.0
             self._relative = [seen.get(t, prior[t - 1] * scale) for t in range(1, len(prior) + 1)]
         return self._relative
-
-    def batch_cost(self, tokens: int, requests: int) -> float:
-        """A step of `requests` requests verifying `tokens` between them, each its own depth: the
-        relative cost of a uniform step at tokens / requests each, linear between its lengths
-        (a step costs what its tokens cost; on the H200 DeepSeek-V4 stand-in a 0 + 2 step took
-        70.0 ms against 70.5 for 1 + 1, bench/results/h200-dsv4-e2e-rest-x2)."""
-        relative = self.relative()
-        each = min(max(tokens / requests, 1.0), float(len(relative)))
-        low = int(each)
-        if low == each:
-            return relative[low - 1]
-        return relative[low - 1] + (each - low) * (relative[low] - relative[low - 1])
 
     def unmeasured(self) -> list[int]:
         """Lengths with too few timings at the current batch, or none lately."""

@@ -23,8 +23,7 @@ graph depths); adaptive-like, today: each request's own best depth on the
 uniform step costs of its batch size (depth_estimates.best_depth, as adaptive
 decides without its hysteresis and probes), the batch then verifying the
 deepest; per request: the combination of depths with the most expected tokens
-a second, which adaptive's requests reach by each choosing the depth best for
-the batch beside the others' (depth_estimates.best_in_batch). Used by
+a second (what a decider of the whole batch's budget would choose). Used by
 bench/depth_sim.py --mixed, measure (plan --measure) and bench/e2e_decode.py.
 """
 

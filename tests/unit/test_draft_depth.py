@@ -659,26 +659,3 @@ def test_acceptance_priors_by_phase_start_an_answering_request_deep_on_a_cheap_d
     assert by_phase.add("r", [THINK], None).depth == 0
     profile_only = adaptive(step_cost=[1.0, 2.275, 3.1775], prior_acceptance=priors)
     assert profile_only.add("a", [THINK, END_THINK], None).depth == 0
-
-
-def test_per_request_verify_prices_a_depth_at_its_rows_cost_in_the_batch() -> None:
-    """verify "request": a step costs what its tokens cost, so beside a reasoning request verifying
-    one draft, an answering one at 0.9 a position verifies one too (on a linear cost the batch makes
-    3.42 tokens for 4 rows against 2.52 for 3 and 4.23 for 5); priced as a step where every request
-    verifies its depth (verify "batch", where the batch does), depth 0 wins."""
-    config = {"policy": "adaptive", "step_cost": [1.0, 2.0, 3.0], "explore_steps": 0,
-              "prior_acceptance": {"reasoning": 0.515, "answer": 0.9}}
-    for verify, depth in (("batch", 0), ("request", 1)):
-        policy = by_id({**config, "verify": verify})
-        policy.add("r", [THINK], {"draft_depth": 1})
-        assert policy.add("a", [THINK, END_THINK], None).depth == depth, verify
-    alone = by_id({**config, "verify": "request"})
-    assert alone.add("a", [THINK, END_THINK], None).depth == 0  # no batch beside it: its own step
-
-
-@pytest.mark.parametrize(("tokens", "requests", "cost"), [(2, 2, 1.0), (3, 2, 1.5), (5, 2, 2.5), (6, 2, 3.0),
-                                                           (1, 1, 1.0), (9, 2, 3.0)])
-def test_a_mixed_step_costs_its_tokens_on_the_uniform_curve(tokens: int, requests: int, cost: float) -> None:
-    """StepCosts.batch_cost: a step of mixed depths at tokens / requests each, linear between
-    uniform lengths, clamped to the lengths timed."""
-    assert est.StepCosts(prior=[1.0, 2.0, 3.0]).batch_cost(tokens, requests) == pytest.approx(cost)
