@@ -12,11 +12,14 @@ prints, per phase and running requests:
   and the rest (GPU layers, drafter, scheduler, handoffs);
 - depth_sim's prediction from that curve and the measured rest per depth, against
   the measurement, and the targets of the benchmark;
+- where the engine ran per-request twins in phase-pure cells of 2+ requests
+  (uniform_per_request), each against its batch twin in the same round, held to no
+  slower within the run's noise floor (#38);
 - the mixed batches (one reasoning and one answering request together, #38), as
   bench/e2e_mixed.py reports them: tok/s over the batch and per phase, the step by
   verified depth, depth_mixed's batch-uniform prediction against them and its
   per-request one.
-Fails closed (exit 1): a missing or failed engine or cell (mixed cells too), greedy
+Fails closed (exit 1): a missing or failed engine or cell (mixed cells and planned twins too), greedy
 tokens that differ between any two cells of a phase or mixed batch (or from no
 speculation), an eager decode step, _cpu_prefill in decode, or acceptance off the
 set figure. Targets missed are reported, not failed: they are the measurement.
