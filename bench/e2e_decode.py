@@ -146,7 +146,7 @@ def check(res: Results) -> None:
         for n in requests:
             policies = res.policies + res.twins(n)
             for policy in policies:
-                have = len(cells.get((phase, n, policy), []))
+                have = len({c["round"] for c in cells.get((phase, n, policy), [])})
                 want = len(rounds["nospec" if policy == NO_SPEC else "spec"])
                 if have != want or any(c.get("tok_s") is None for c in cells.get((phase, n, policy), [])):
                     res.problems.append(f"{phase} x{n} {policy}: {have} of {want} rounds measured")

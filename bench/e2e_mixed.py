@@ -64,7 +64,7 @@ def problems(runs: Sequence[Mapping[str, Any]], k: int) -> list[str]:
     for run in runs:
         ran = [c for c in run.get("cells", []) if c.get("phase") != MIXED]
         rounds, policies = sorted({c["round"] for c in ran}), list(dict.fromkeys(c["policy"] for c in ran))
-        policies += run.get("mixed_per_request", [])
+        policies = list(dict.fromkeys([*policies, *run.get("mixed_per_request", [])]))  # twins: in uniform cells too
         for n in run.get("mixed", []):
             for policy in policies:
                 got = [c for c in cells.get((n, policy), []) if measured(c)]

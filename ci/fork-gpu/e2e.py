@@ -30,7 +30,7 @@ the round's phase-pure cells come first), and for each policy whose requests may
 different depths its per-request twin (named_policies.per_request_policies: each request
 verifies its own depth in the batch's graph; E2E_PER_REQUEST=0: not run), which also runs in
 the phase-pure cells of 2 or more requests (there its requests mostly agree: per-request
-verify must cost nothing). E2E_ROUNDS rounds (default 3), the policy
+verify must cost nothing; E2E_MIXED=0 runs no twin at all). E2E_ROUNDS rounds (default 3), the policy
 order rotated each round. The JSON is rewritten after every cell, so a run cut short
 keeps what it measured.
 
@@ -68,7 +68,7 @@ TAG = os.environ.get("E2E_TAG", "")
 WARMUP = int(os.environ.get("E2E_WARMUP", "1"))  # unrecorded rounds before the first
 NAME = f"{MODE}-{TAG}" if TAG else MODE  # the files' name: e2e-NAME.json, trace-NAME-xN-DEPTH.json.gz
 MIXED = [] if os.environ.get("E2E_MIXED", "1") == "0" else mixed_batches(max(REQUESTS))  # mixed batch sizes
-TWINS = bool(MIXED) and os.environ.get("E2E_PER_REQUEST", "1") != "0"  # the mixed cells' per-request twins
+TWINS = bool(MIXED) and os.environ.get("E2E_PER_REQUEST", "1") != "0"  # per-request twins: mixed cells, uniform of 2+
 # captures graphs for depths 0..K; per-request verify on: the model runner masks rows only when the engine's asks
 ENGINE_POLICY = {**(named_policies(K)["adaptive"].draft_depth or {}), **({"verify": "request"} if TWINS else {})}
 DSV4 = os.environ.get("E2E_MODEL") == "dsv4"  # DeepSeek-V4 + DSpark (dsv4_model.py) instead of e2e_model.py's
@@ -371,7 +371,8 @@ def chosen_policies() -> list[tuple[str, dict]]:
 
 
 def twins(policies: list[tuple[str, dict]]) -> list[tuple[str, dict]]:
-    """The per-request twins of those of `policies` that have one (phase, adaptive), as the mixed cells run them."""
+    """The per-request twins of those of `policies` that have one (phase, adaptive), as the mixed cells and
+    the uniform ones of 2 or more requests run them."""
     names = {name for name, _ in policies}
     return [(name, twin.draft_depth) for name, twin in per_request_policies(K, adaptive_start()).items()
             if name.removesuffix(PER_REQUEST) in names]

@@ -287,6 +287,7 @@ def with_uniform_twins(runs: tuple[dict[str, Any], dict[str, Any]], slower: floa
     for c in spec["cells"]:
         if c["policy"] == "fixed 0" and c["phase"] == "reasoning" and c["requests"] == 2:
             c["tok_s"] *= 1.03
+        c["tok_s"] *= 1 + 0.3 * c["round"]  # a faster round, every policy: only pairs by round give one ratio
     spec["uniform_per_request"] = {"requests": [2], "policies": ["phase 0/2 per request"]}
     for c in [c for c in spec["cells"] if c["policy"] == "phase 0/2" and c["requests"] == 2]:
         spec["cells"].append({**copy.deepcopy(c), "policy": "phase 0/2 per request", "tok_s": c["tok_s"] / slower})
@@ -304,6 +305,7 @@ def test_per_request_verify_in_uniform_batches_is_held_to_no_slower(
     ratio = f"{1 / slower:.3f}"
     for phase in ("reasoning", "answer"):
         line = next(x for x in lines if x.startswith(f"{verdict} x2 {phase}: phase 0/2 per request no slower"))
+        assert "within the noise floor (3.0%)" in line
         assert line.endswith(f": {ratio} [{ratio}-{ratio}]")
 
 
@@ -313,6 +315,19 @@ def test_a_planned_uniform_twin_that_did_not_run_fails(runs: tuple[dict[str, Any
     spec["cells"] = [c for c in spec["cells"] if not (c["policy"].endswith("per request") and c["phase"] == "answer")]
     assert e2e_decode.main([str(write(tmp_path, nospec, spec)), "--seeds", "2"]) == 1
     assert "FAIL: answer x2 phase 0/2 per request: 0 of 2 rounds measured" in capsys.readouterr().out
+
+
+def test_a_uniform_twin_in_one_round_twice_or_with_other_tokens_fails(
+        runs: tuple[dict[str, Any], dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nospec, spec = with_uniform_twins(runs)
+    twin = [c for c in spec["cells"] if c["policy"].endswith("per request") and c["phase"] == "answer"]
+    twin[1]["round"] = twin[0]["round"]
+    assert e2e_decode.main([str(write(tmp_path, nospec, spec)), "--seeds", "2"]) == 1
+    assert "FAIL: answer x2 phase 0/2 per request: 1 of 2 rounds measured" in capsys.readouterr().out
+    nospec, spec = with_uniform_twins(runs)
+    next(c for c in spec["cells"] if c["policy"].endswith("per request"))["tokens"][0][-1] += 1
+    assert e2e_decode.main([str(write(tmp_path, nospec, spec)), "--seeds", "2"]) == 1
+    assert "greedy tokens differ between cells" in capsys.readouterr().out
 
 
 def test_adaptive_s_priors_by_phase_tie_fixed_2_while_answering(capsys: pytest.CaptureFixture[str]) -> None:
