@@ -63,8 +63,9 @@ def problems(runs: Sequence[Mapping[str, Any]], k: int) -> list[str]:
     cells = mixed_cells(runs)
     for run in runs:
         ran = [c for c in run.get("cells", []) if c.get("phase") != MIXED]
-        rounds, policies = sorted({c["round"] for c in ran}), list(dict.fromkeys(c["policy"] for c in ran))
-        policies = list(dict.fromkeys([*policies, *run.get("mixed_per_request", [])]))  # twins: in uniform cells too
+        rounds = sorted({c["round"] for c in ran})
+        # the policies it ran, and the twins it planned (also found in uniform cells: named once)
+        policies = list(dict.fromkeys([*(c["policy"] for c in ran), *run.get("mixed_per_request", [])]))
         for n in run.get("mixed", []):
             for policy in policies:
                 got = [c for c in cells.get((n, policy), []) if measured(c)]

@@ -165,7 +165,7 @@ class DraftDepthScheduling:
             stale = self._weigh_rests(running)
         chosen, full = -1, self._k_max_choice
         for request in running:
-            mine = 0 if request.request_id in stale else request.ds4x_depth_state.depth
+            mine = _verifies(request, stale)
             if mine > chosen and request.spec_token_ids:
                 if mine >= full and not self._per_request:  # K_max: nothing to cut, no need to look further
                     return
@@ -179,7 +179,7 @@ class DraftDepthScheduling:
             if len(drafts) > depth:
                 request.spec_token_ids = drafts = drafts[:depth]
             if self._per_request and drafts:
-                mine = batch_depth[0 if request.request_id in stale else request.ds4x_depth_state.depth]
+                mine = batch_depth[_verifies(request, stale)]
                 if mine < len(drafts):
                     own[request.request_id] = mine
         self.verify_depths = own or None
@@ -424,6 +424,12 @@ class StepTimer:
         tokens = 1 + drafted if drafted is not None else 1 if total == len(scheduled) else max(scheduled.values())
         if tokens <= self.k_max + 1 and tokens * len(scheduled) == total:
             self.costs.observe(tokens, now - step_end, len(scheduled))  # one length: the total is the longest times the count
+
+
+def _verifies(request: RequestView, stale: frozenset[str]) -> int:
+    """The depth a request verifies this step, before rounding: its choice, or 0 when its
+    drafts are stale (a resting drafter's)."""
+    return 0 if request.request_id in stale else request.ds4x_depth_state.depth
 
 
 def _fork_runner(vllm_config: VllmConfigView) -> bool:
