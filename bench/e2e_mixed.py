@@ -15,7 +15,9 @@ bench/e2e_decode.py calls this module:
   report's slack; and each request verifying its own depth (the layer's curve for the
   step's tokens, plus the measured rest at the deepest depth): predicted, and where the
   engine ran a policy's per-request twin, measured against that and against its
-  batch-uniform twin in the same round.
+  batch-uniform twin in the same round; and #38's target, MET or MISSED: phase 0/2's and
+  adaptive's twins at least MIXED_TARGET over today's depth, beside the mixed cells' own
+  noise floor and the most the run's curve allows (the rest of a step free).
 Runs without mixed cells (older ones, E2E_MIXED=0) print nothing here.
 """
 
@@ -36,6 +38,9 @@ NO_SPEC = "no speculation"
 Cell = Mapping[str, Any]
 Cells = dict[tuple[int, str], list[dict[str, Any]]]
 """(requests, policy) -> the batch's mixed cells, one a round"""
+MIXED_TARGET = 1.15
+"""#38: a mixed batch's steady tok/s, each request verifying its own depth, over today's batch depth"""
+TARGET_POLICIES = ("phase 0/2", "adaptive")
 
 
 def mixed_cells(runs: Sequence[Mapping[str, Any]]) -> Cells:
@@ -166,14 +171,68 @@ def twin_gains(cells: Cells, n: int, k: int) -> list[str]:
     the ratio of their steady tok/s over the batch, and of each phase's."""
     lines = []
     for twin in per_request_policies(k):
-        base = twin.removesuffix(PER_REQUEST)
         if (n, twin) not in cells:
             continue
-        matched = same_round(cells[n, twin], cells[n, base])
-        ratios = {what: [rates(c)[what] / rates(b)[what] for c, b in matched] for what in ("batch", *PHASES)}
-        lines.append(f"{twin:<22} vs {base}: " + ", ".join(
+        ratios = {what: paired(cells, n, twin, what) for what in ("batch", *PHASES)}
+        lines.append(f"{twin:<22} vs {twin.removesuffix(PER_REQUEST)}: " + ", ".join(
             f"{what} {statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]" for what, r in ratios.items() if r))
     return lines
+
+
+def paired(cells: Cells, n: int, twin: str, what: str = "batch") -> list[float]:
+    """A per-request twin's tok/s (over the batch, or of one phase's requests) over its
+    batch-uniform twin's, one ratio a round."""
+    return [rates(c)[what] / rates(b)[what]
+            for c, b in same_round(cells[n, twin], cells[n, twin.removesuffix(PER_REQUEST)])]
+
+
+def noise_floor(medians: Mapping[str, float], k: int) -> float | None:
+    """The largest difference between two policies whose mixed batch verifies the same one depth
+    today (fixed K and the phase policies): what these cells cannot tell apart; None: no such pair."""
+    by_depth: dict[str, list[float]] = defaultdict(list)
+    for policy, rate in medians.items():
+        if policy != NO_SPEC and not policy.endswith(PER_REQUEST) and (depth := expected_depth(policy, k)):
+            by_depth[depth].append(rate)
+    return max((max(r) / min(r) - 1 for r in by_depth.values() if len(r) > 1), default=None)
+
+
+def curve_bound(n: int, k: int, acceptance: Mapping[str, float], curve: Mapping[int, float], layers: int,
+                policy: str) -> float | None:
+    """The gain depth_mixed gives `policy` per request with the rest of a step free (its CPU experts
+    alone, the curve's): the most each request verifying its own depth can give on this run's layer
+    and acceptance, since the rest, paid at the deepest depth either way, only dilutes it."""
+    try:
+        seconds = [layers * depth_mixed.curve_ms(curve, n * (d + 1)) / 1000 for d in range(k + 1)]
+        for tokens in range(n, n * (k + 1) + 1):
+            depth_mixed.curve_ms(curve, tokens)
+    except ValueError:
+        return None
+    cost = depth_mixed.curve_cost(curve, layers, [0.0], k)
+    return depth_mixed.compare(named_policies(k)[policy].draft_depth, depth_mixed.mix(n), acceptance, k, seconds,
+                               cost).gain
+
+
+def targets(cells: Cells, n: int, k: int, floor: float | None, bounds: Mapping[str, float | None]) -> list[str]:
+    """#38's target for each of TARGET_POLICIES whose twin ran, MET or MISSED (median of the rounds'
+    paired ratios), a miss by less than the floor said so, with the curve's bound."""
+    lines = []
+    for policy in TARGET_POLICIES:
+        twin = policy + PER_REQUEST
+        if (n, twin) not in cells:
+            continue
+        ratios = paired(cells, n, twin)
+        ratio = statistics.median(ratios)
+        near = within(ratio, MIXED_TARGET, floor, "these cells'") if floor is not None else ""
+        bound = bounds.get(policy)
+        lines.append(f"{'MET   ' if ratio >= MIXED_TARGET else 'MISSED'} mixed x{n}: {twin} >= {MIXED_TARGET}x "
+                     f"{policy}: {ratio:.3f} [{min(ratios):.3f}-{max(ratios):.3f}]{near}"
+                     + (f"; the curve alone allows {bound:.3f}" if bound is not None else ""))
+    return lines
+
+
+def within(ratio: float, target: float, noise: float, whose: str = "this run's") -> str:
+    """What a miss by less than the noise floor is: one the run cannot tell from a meet."""
+    return f" (by less than {whose} noise floor, {noise:.1%})" if target > ratio >= target * (1 - noise) else ""
 
 
 def same_round(cells: Sequence[Cell], base: Sequence[Cell]) -> list[tuple[Cell, Cell]]:
@@ -217,7 +276,12 @@ def report(runs: Sequence[Mapping[str, Any]], k: int, acceptance: Mapping[str, f
                       f"cells' own step at each depth (fixed 0..{k}); acceptance as measured in the phase-pure cells; "
                       + how, *found]
         if gains := twin_gains(cells, n, k):
+            floor = noise_floor(medians, k)
+            bounds = {p: curve_bound(n, k, acceptance, curve, layers, p) for p in TARGET_POLICIES}
             lines += ["", f"each request verifying its own depth against the batch's, mixed x{n}: tok/s ratio, "
-                          "median [range] of the rounds (same round, same engine)", *gains]
+                          "median [range] of the rounds (same round, same engine)", *gains,
+                      "noise floor of these cells (policies whose batch verifies the same depth today): "
+                      + (f"{floor:.1%}" if floor is not None else "none (no such pair ran)"),
+                      *targets(cells, n, k, floor, bounds)]
         misses += missed
     return lines, misses

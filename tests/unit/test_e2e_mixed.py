@@ -13,6 +13,7 @@ import pytest
 
 from bench import e2e_decode, e2e_mixed
 from ds4x.core import depth_mixed
+from ds4x.core.named_policies import named_policies
 from tests.unit.test_e2e_report import CPU_MS, LAYERS, REST_MS, SET, engine, write
 
 K = 2
@@ -189,3 +190,53 @@ def test_a_planned_per_request_twin_that_did_not_run_fails(tmp_path: Path, capsy
 def test_a_per_request_twin_verifies_its_batch_twin_s_graph_depth() -> None:
     assert e2e_mixed.expected_depth("phase 0/2 per request", K) == "2"
     assert e2e_mixed.expected_depth("adaptive per request", K) is None
+
+
+def target_line(out: str, policy: str) -> str:
+    return next(line for line in out.splitlines() if f"{policy} per request >= {e2e_mixed.MIXED_TARGET}x" in line)
+
+
+def test_the_mixed_target_is_met_or_missed_beside_the_cells_floor_and_the_curve_s_bound(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nospec, spec = runs_with_twins()
+    for cell in spec["cells"]:
+        if cell["phase"] == "mixed" and cell["policy"] == "phase 1/2":  # today's depth 2 for both, as fixed 2
+            cell["tok_s"] /= 1.04
+    done, out = report(tmp_path, (nospec, spec), capsys)
+    assert done == 0 and "FAIL" not in out
+    assert "noise floor of these cells (policies whose batch verifies the same depth today): 4.0%" in out
+    ratio = per_request_cell(0)["tok_s"] / mixed_cell("phase 0/2", 0)["tok_s"]
+    line = target_line(out, "phase 0/2")
+    assert line.startswith("MET   " if ratio >= e2e_mixed.MIXED_TARGET else "MISSED")
+    assert f": {ratio:.3f} [{ratio:.3f}-{ratio:.3f}]" in line
+    bound = float(line.rsplit("allows ", 1)[1])
+    assert bound > ratio  # the rest of a step, paid at depth 2 either way, dilutes the curve's gain
+    assert "adaptive per request >=" not in out  # its twin did not run
+
+
+def test_a_mixed_miss_by_less_than_the_cells_floor_says_so(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    nospec, spec = runs_with_twins()
+    ratio = per_request_cell(0)["tok_s"] / mixed_cell("phase 0/2", 0)["tok_s"]
+    for cell in spec["cells"]:  # the twin at 0.99 of the target, fixed 2 measured 2% above the phase policies
+        if cell["policy"] == "phase 0/2 per request":
+            cell["tok_s"] *= 0.99 * e2e_mixed.MIXED_TARGET / ratio
+        elif cell["phase"] == "mixed" and cell["policy"] == "fixed 2":
+            cell["tok_s"] *= 1.02
+    done, out = report(tmp_path, (nospec, spec), capsys)
+    assert done == 0
+    assert target_line(out, "phase 0/2").startswith(
+        "MISSED mixed x2: phase 0/2 per request >= 1.15x phase 0/2: 1.138 [1.138-1.138] (by less than these "
+        "cells' noise floor, 2.0%)")
+
+
+def test_the_curve_bound_is_the_gain_with_the_rest_of_a_step_free() -> None:
+    bound = e2e_mixed.curve_bound(2, K, SET, CPU_MS, LAYERS, "phase 0/2")
+    assert bound is not None
+    for rest in (0.5, 5.0):
+        seconds = [(LAYERS * CPU_MS[2 * (d + 1)] + rest) / 1000 for d in range(K + 1)]
+        cost = depth_mixed.curve_cost(CPU_MS, LAYERS, [rest], K)
+        gain = depth_mixed.compare(named_policies(K)["phase 0/2"].draft_depth, depth_mixed.mix(2), SET, K, seconds,
+                                   cost).gain
+        assert 1 < gain < bound
+    assert e2e_mixed.curve_bound(2, K, SET, {1: 2.0, 2: 3.6}, LAYERS, "phase 0/2") is None  # no 4 or 6 tokens timed
