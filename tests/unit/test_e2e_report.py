@@ -193,7 +193,8 @@ def test_the_committed_deepseek_v4_run_fails_closed_on_its_acceptance(capsys: py
 @pytest.mark.parametrize("run", ["h200-e2e-start", "h200-e2e-warm", "h200-dsv4-e2e", "h200-dsv4-e2e-omp1",
                                  "h200-dsv4-e2e-10-layers", "h200-dsv4-e2e-mixed-per-request",
                                  "h200-dsv4-e2e-resident", "h200-dsv4-e2e-rest", "h200-dsv4-e2e-rest-x2",
-                                 "h200-dsv4-e2e-priors", "h200-dsv4-e2e-priors-x2"])
+                                 "h200-dsv4-e2e-priors", "h200-dsv4-e2e-priors-x2", "h200-e2e-mixed-per-request",
+                                 "h200-e2e-mixed-per-request-again"])
 def test_a_committed_report_reprints_byte_for_byte_from_its_run(run: str, capsys: pytest.CaptureFixture[str]) -> None:
     """bench/results/*/report.txt is what the machine printed (ci/fork-gpu/e2e, speculative engine
     alone, the default seeds); the report read again from the committed files gives the same bytes."""
@@ -361,3 +362,17 @@ def test_two_requests_run_per_request_twins_in_uniform_batches_too(capsys: pytes
         ran = [c for c in cells if c["phase"] == phase]
         assert {c["policy"] for c in ran} >= {"phase 0/2 per request", "adaptive per request"}
         assert len({json.dumps(c["tokens"]) for c in ran}) == 1
+
+
+@pytest.mark.parametrize("run", ["h200-e2e-mixed-per-request", "h200-e2e-mixed-per-request-again"])
+def test_the_eagle_stand_in_runs_per_request_twins_losslessly(run: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results/h200-e2e-mixed-per-request(-again): the Qwen2-MoE stand-in with EAGLE, two requests,
+    each twin beside today's policies: the report passes (tokens equal in every phase and mixed cell,
+    graphs only), the six uniform twins are within the floor, and both mixed targets are printed."""
+    resdir = Path(e2e_decode.__file__).parent / "results" / run
+    assert e2e_decode.main([str(resdir), "--spec-only"]) == 0
+    out = capsys.readouterr().out
+    assert sum(x.startswith("MET") and " per request no slower than " in x for x in out.splitlines()) == 6
+    assert sum(" per request >= 1.15x " in x for x in out.splitlines()) == 2
+    spec = json.loads((resdir / "e2e-spec.json").read_text())
+    assert spec["decode_steps"]["eager"] == {} and spec["own_depth_steps"]  # steps with masked rows ran
