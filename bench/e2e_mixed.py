@@ -15,14 +15,15 @@ bench/e2e_decode.py calls this module:
   report's slack; and each request verifying its own depth (the layer's curve for the
   step's tokens, plus the measured rest at the deepest depth): predicted, and where the
   engine ran a policy's per-request twin, measured against that and against its
-  batch-uniform twin in the same round; and #38's target, MET or MISSED: phase 0/2's and
+  batch-uniform twin in the same round; and #38's target, MET or MISSED: phase 0/K's and
   adaptive's twins at least MIXED_TARGET over today's depth, beside the mixed cells' own
-  noise floor and the most the run's curve allows (the rest of a step free).
+  noise floor and, for phase 0/K, the most the run's curve allows (the rest of a step free).
 Runs without mixed cells (older ones, E2E_MIXED=0) print nothing here.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from collections import defaultdict
@@ -40,7 +41,6 @@ Cells = dict[tuple[int, str], list[dict[str, Any]]]
 """(requests, policy) -> the batch's mixed cells, one a round"""
 MIXED_TARGET = 1.15
 """#38: a mixed batch's steady tok/s, each request verifying its own depth, over today's batch depth"""
-TARGET_POLICIES = ("phase 0/2", "adaptive")
 
 
 def mixed_cells(runs: Sequence[Mapping[str, Any]]) -> Cells:
@@ -173,60 +173,74 @@ def twin_gains(cells: Cells, n: int, k: int) -> list[str]:
     for twin in per_request_policies(k):
         if (n, twin) not in cells:
             continue
-        ratios = {what: paired(cells, n, twin, what) for what in ("batch", *PHASES)}
+        ratios = {what: paired(cells, n, twin, twin.removesuffix(PER_REQUEST), what) for what in ("batch", *PHASES)}
         lines.append(f"{twin:<22} vs {twin.removesuffix(PER_REQUEST)}: " + ", ".join(
             f"{what} {statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]" for what, r in ratios.items() if r))
     return lines
 
 
-def paired(cells: Cells, n: int, twin: str, what: str = "batch") -> list[float]:
-    """A per-request twin's tok/s (over the batch, or of one phase's requests) over its
-    batch-uniform twin's, one ratio a round."""
-    return [rates(c)[what] / rates(b)[what]
-            for c, b in same_round(cells[n, twin], cells[n, twin.removesuffix(PER_REQUEST)])]
+def paired(cells: Cells, n: int, policy: str, base: str, what: str = "batch") -> list[float]:
+    """A policy's tok/s (over the batch, or of one phase's requests) over `base`'s, one ratio a round."""
+    return [rates(c)[what] / rates(b)[what] for c, b in same_round(cells[n, policy], cells[n, base])]
 
 
-def noise_floor(medians: Mapping[str, float], k: int) -> float | None:
-    """The largest difference between two policies whose mixed batch verifies the same one depth
-    today (fixed K and the phase policies): what these cells cannot tell apart; None: no such pair."""
-    by_depth: dict[str, list[float]] = defaultdict(list)
-    for policy, rate in medians.items():
-        if policy != NO_SPEC and not policy.endswith(PER_REQUEST) and (depth := expected_depth(policy, k)):
-            by_depth[depth].append(rate)
-    return max((max(r) / min(r) - 1 for r in by_depth.values() if len(r) > 1), default=None)
+def noise_floor(cells: Cells, n: int, k: int) -> float | None:
+    """The largest median of the rounds' paired ratios, off 1, between two policies whose mixed batch
+    verifies the same one depth today (fixed K and the phase policies): what these cells cannot tell
+    apart, measured as the target is; None: no such pair ran."""
+    by_depth: dict[str, list[str]] = defaultdict(list)
+    for m, policy in cells:
+        if m == n and policy != NO_SPEC and not policy.endswith(PER_REQUEST) and (d := expected_depth(policy, k)):
+            by_depth[d].append(policy)
+    medians = [statistics.median(r) for same in by_depth.values() for a, b in itertools.combinations(sorted(same), 2)
+               if (r := paired(cells, n, a, b))]
+    return max((abs(m - 1) for m in medians), default=None)
+
+
+def target_policies(k: int) -> tuple[str, str]:
+    """#38's policies held to MIXED_TARGET: phase 0/K and adaptive."""
+    return f"phase 0/{k}", "adaptive"
 
 
 def curve_bound(n: int, k: int, acceptance: Mapping[str, float], curve: Mapping[int, float], layers: int,
                 policy: str) -> float | None:
-    """The gain depth_mixed gives `policy` per request with the rest of a step free (its CPU experts
-    alone, the curve's): the most each request verifying its own depth can give on this run's layer
-    and acceptance, since the rest, paid at the deepest depth either way, only dilutes it."""
-    try:
-        seconds = [layers * depth_mixed.curve_ms(curve, n * (d + 1)) / 1000 for d in range(k + 1)]
-        for tokens in range(n, n * (k + 1) + 1):
-            depth_mixed.curve_ms(curve, tokens)
-    except ValueError:
+    """The gain per request gives a phase `policy` on the run's curve alone (its CPU experts, the rest
+    of a step free): the most it can give on this run's layer and acceptance, since its depths are
+    fixed by phase and the rest, paid at the deepest depth either way, only dilutes the saving. None
+    where the curve cannot price the steps, and for adaptive, whose depths today and per request move
+    with the step costs."""
+    if expected_depth(policy, k) is None or uncovered(curve, n, k):
         return None
+    seconds = [layers * depth_mixed.curve_ms(curve, n * (d + 1)) / 1000 for d in range(k + 1)]
     cost = depth_mixed.curve_cost(curve, layers, [0.0], k)
     return depth_mixed.compare(named_policies(k)[policy].draft_depth, depth_mixed.mix(n), acceptance, k, seconds,
                                cost).gain
 
 
+def uncovered(curve: Mapping[int, float], n: int, k: int) -> str | None:
+    """Why the curve cannot price every step of a mixed batch of n (n..n(K+1) tokens, timed or
+    between timings); None where it can."""
+    try:
+        for tokens in range(n, n * (k + 1) + 1):
+            depth_mixed.curve_ms(curve, tokens)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def targets(cells: Cells, n: int, k: int, floor: float | None, bounds: Mapping[str, float | None]) -> list[str]:
-    """#38's target for each of TARGET_POLICIES whose twin ran, MET or MISSED (median of the rounds'
-    paired ratios), a miss by less than the floor said so, with the curve's bound."""
+    """#38's target for each of target_policies whose twin ran, MET or MISSED (median of the rounds'
+    paired ratios), a miss by less than the floor said so, with the curve's bound where there is one."""
     lines = []
-    for policy in TARGET_POLICIES:
+    for policy in target_policies(k):
         twin = policy + PER_REQUEST
-        if (n, twin) not in cells:
+        if (n, twin) not in cells or not (ratios := paired(cells, n, twin, policy)):
             continue
-        ratios = paired(cells, n, twin)
         ratio = statistics.median(ratios)
         near = within(ratio, MIXED_TARGET, floor, "these cells'") if floor is not None else ""
         bound = bounds.get(policy)
         lines.append(f"{'MET   ' if ratio >= MIXED_TARGET else 'MISSED'} mixed x{n}: {twin} >= {MIXED_TARGET}x "
-                     f"{policy}: {ratio:.3f} [{min(ratios):.3f}-{max(ratios):.3f}]{near}"
-                     + (f"; the curve alone allows {bound:.3f}" if bound is not None else ""))
+                     f"{policy}: {ratio:.3f}{near}" + (f"; the curve alone allows {bound:.3f}" if bound else ""))
     return lines
 
 
@@ -245,12 +259,9 @@ def curve_cost(curve: Mapping[int, float], layers: int, seconds: Sequence[float]
                k: int) -> tuple[depth_mixed.Cost | None, str]:
     """Per-request steps priced on the layer's curve plus the measured rest (a uniform step at
     each depth less its CPU experts); None and why where the curve cannot price them."""
-    try:
-        rest = [1000 * s - layers * depth_mixed.curve_ms(curve, n * (d + 1)) for d, s in enumerate(seconds)]
-        for tokens in range(n, n * (k + 1) + 1):
-            depth_mixed.curve_ms(curve, tokens)
-    except ValueError as e:
-        return None, f"per request not predicted: {e}"
+    if why := uncovered(curve, n, k):
+        return None, f"per request not predicted: {why}"
+    rest = [1000 * s - layers * depth_mixed.curve_ms(curve, n * (d + 1)) for d, s in enumerate(seconds)]
     guessed = depth_mixed.interpolated(curve, range(n, n * (k + 1) + 1))
     return depth_mixed.curve_cost(curve, layers, rest, k), (
         "per request: the layer's curve for the step's tokens plus the measured rest at the deepest depth"
@@ -276,11 +287,11 @@ def report(runs: Sequence[Mapping[str, Any]], k: int, acceptance: Mapping[str, f
                       f"cells' own step at each depth (fixed 0..{k}); acceptance as measured in the phase-pure cells; "
                       + how, *found]
         if gains := twin_gains(cells, n, k):
-            floor = noise_floor(medians, k)
-            bounds = {p: curve_bound(n, k, acceptance, curve, layers, p) for p in TARGET_POLICIES}
+            floor = noise_floor(cells, n, k)
+            bounds = {p: curve_bound(n, k, acceptance, curve, layers, p) for p in target_policies(k)}
             lines += ["", f"each request verifying its own depth against the batch's, mixed x{n}: tok/s ratio, "
                           "median [range] of the rounds (same round, same engine)", *gains,
-                      "noise floor of these cells (policies whose batch verifies the same depth today): "
+                      "noise floor of these cells (paired by round, policies whose batch verifies the same depth today): "
                       + (f"{floor:.1%}" if floor is not None else "none (no such pair ran)"),
                       *targets(cells, n, k, floor, bounds)]
         misses += missed
