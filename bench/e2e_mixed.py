@@ -17,7 +17,7 @@ bench/e2e_decode.py calls this module:
   engine ran a policy's per-request twin, measured against that and against its
   batch-uniform twin in the same round; and #38's target, MET or MISSED: phase 0/K's and
   adaptive's twins at least MIXED_TARGET over today's depth, beside the mixed cells' own
-  noise floor and, for phase 0/K, the most the run's curve allows (the rest of a step free).
+  noise floor and, for phase 0/K, the gain the run's curve alone predicts (the rest of a step free).
 Runs without mixed cells (older ones, E2E_MIXED=0) print nothing here.
 """
 
@@ -205,10 +205,11 @@ def target_policies(k: int) -> tuple[str, str]:
 def curve_bound(n: int, k: int, acceptance: Mapping[str, float], curve: Mapping[int, float], layers: int,
                 policy: str) -> float | None:
     """The gain per request gives a phase `policy` on the run's curve alone (its CPU experts, the rest
-    of a step free): the most it can give on this run's layer and acceptance, since its depths are
-    fixed by phase and the rest, paid at the deepest depth either way, only dilutes the saving. None
-    where the curve cannot price the steps, and for adaptive, whose depths today and per request move
-    with the step costs."""
+    of a step free), at `acceptance`: the most it can give in expectation on this run's layer, since
+    its depths are fixed by phase and the rest, paid at the deepest depth either way, only dilutes the
+    saving (a run's own mixed cells, with their own acceptance draws, can land above it). None where
+    the curve cannot price the steps, and for adaptive, whose depths today and per request move with
+    the step costs."""
     if expected_depth(policy, k) is None or uncovered(curve, n, k):
         return None
     seconds = [layers * depth_mixed.curve_ms(curve, n * (d + 1)) / 1000 for d in range(k + 1)]
@@ -240,7 +241,7 @@ def targets(cells: Cells, n: int, k: int, floor: float | None, bounds: Mapping[s
         near = within(ratio, MIXED_TARGET, floor, "these cells'") if floor is not None else ""
         bound = bounds.get(policy)
         lines.append(f"{'MET   ' if ratio >= MIXED_TARGET else 'MISSED'} mixed x{n}: {twin} >= {MIXED_TARGET}x "
-                     f"{policy}: {ratio:.3f}{near}" + (f"; the curve alone allows {bound:.3f}" if bound else ""))
+                     f"{policy}: {ratio:.3f}{near}" + (f"; on the curve alone, the rest of a step free: {bound:.3f}" if bound else ""))
     return lines
 
 

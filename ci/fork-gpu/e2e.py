@@ -279,6 +279,7 @@ def main() -> dict:
     warm_up(llm, log, texts, scheduling, ids)
     counters.reset()
     for round_ in range(ROUNDS):
+        drafts.salt = round_ + 1  # each round its own draws, the same for every policy (drafts.py; warm-up: 0)
         for phase, n, prompt_ids in cell_plan(texts):
             ran = mixed_policies if phase == MIXED_PHASE or n > 1 else policies
             shift = round_ % len(ran)

@@ -217,7 +217,7 @@ def test_the_mixed_target_is_missed_beside_the_cells_floor_and_the_curve_s_bound
     assert bound is not None and bound > ratio  # the rest of a step, paid at depth 2 either way, dilutes the gain
     assert target_line(out, "phase 0/2") == (f"MISSED mixed x2: phase 0/2 per request >= 1.15x phase 0/2: {ratio:.3f} "
                                              "(by less than these cells' noise floor, 4.0%); "
-                                             f"the curve alone allows {bound:.3f}")
+                                             f"on the curve alone, the rest of a step free: {bound:.3f}")
     assert "adaptive per request >=" not in out  # its twin did not run
 
 
@@ -227,7 +227,7 @@ def test_a_twin_at_the_target_is_met(tmp_path: Path, capsys: pytest.CaptureFixtu
     scaled(runs, "phase 0/2 per request", 1.2 / ratio)
     done, out = report(tmp_path, runs, capsys)
     assert done == 0 and target_line(out, "phase 0/2").startswith("MET    mixed x2: phase 0/2 per request >= 1.15x "
-                                                                  "phase 0/2: 1.200; the curve alone allows ")
+                                                                  "phase 0/2: 1.200; on the curve alone, the rest of a step free: ")
 
 
 def test_a_mixed_miss_by_less_than_the_cells_floor_says_so(tmp_path: Path,

@@ -194,7 +194,7 @@ def test_the_committed_deepseek_v4_run_fails_closed_on_its_acceptance(capsys: py
                                  "h200-dsv4-e2e-10-layers", "h200-dsv4-e2e-mixed-per-request",
                                  "h200-dsv4-e2e-resident", "h200-dsv4-e2e-rest", "h200-dsv4-e2e-rest-x2",
                                  "h200-dsv4-e2e-priors", "h200-dsv4-e2e-priors-x2", "h200-e2e-mixed-per-request",
-                                 "h200-e2e-mixed-per-request-again"])
+                                 "h200-e2e-mixed-per-request-again", "h200-e2e-mixed-per-request-crn"])
 def test_a_committed_report_reprints_byte_for_byte_from_its_run(run: str, capsys: pytest.CaptureFixture[str]) -> None:
     """bench/results/*/report.txt is what the machine printed (ci/fork-gpu/e2e, speculative engine
     alone, the default seeds); the report read again from the committed files gives the same bytes."""
@@ -364,7 +364,8 @@ def test_two_requests_run_per_request_twins_in_uniform_batches_too(capsys: pytes
         assert len({json.dumps(c["tokens"]) for c in ran}) == 1
 
 
-@pytest.mark.parametrize("run", ["h200-e2e-mixed-per-request", "h200-e2e-mixed-per-request-again"])
+@pytest.mark.parametrize("run", ["h200-e2e-mixed-per-request", "h200-e2e-mixed-per-request-again",
+                                 "h200-e2e-mixed-per-request-crn"])
 def test_the_eagle_stand_in_runs_per_request_twins_losslessly(run: str, capsys: pytest.CaptureFixture[str]) -> None:
     """bench/results/h200-e2e-mixed-per-request(-again): the Qwen2-MoE stand-in with EAGLE, two requests,
     each twin beside today's policies: the report passes (tokens equal in every phase and mixed cell,
@@ -376,3 +377,21 @@ def test_the_eagle_stand_in_runs_per_request_twins_losslessly(run: str, capsys: 
     assert sum(" per request >= 1.15x " in x for x in out.splitlines()) == 2
     spec = json.loads((resdir / "e2e-spec.json").read_text())
     assert spec["decode_steps"]["eager"] == {} and spec["own_depth_steps"]  # steps with masked rows ran
+
+
+def test_common_draws_give_the_policies_of_a_round_the_same_acceptance() -> None:
+    """bench/results/h200-e2e-mixed-per-request-crn (drafts keyed by position): in each round the mixed
+    cells that verify 2 + 2 made the same tokens a request in the same steps, and the per-request twin's
+    answering request (depth 2 as theirs) the same; the run before, one seeded stream, did not."""
+    def windows(run: str, policies: tuple[str, ...]) -> dict[int, set[str]]:
+        cells = json.loads((Path(e2e_decode.__file__).parent / "results" / run / "e2e-spec.json").read_text())["cells"]
+        out: dict[int, set[str]] = {}
+        for c in cells:
+            if c["phase"] == "mixed" and c["policy"] in policies:
+                steps = sum(s["n"] for s in c["steps"].values())
+                out.setdefault(c["round"], set()).add(json.dumps([c["window_tokens_by_request"][1], steps]))
+        return out
+
+    same_work = ("fixed 2", "phase 1/2", "phase 0/2", "phase 0/2 per request")
+    assert all(len(v) == 1 for v in windows("h200-e2e-mixed-per-request-crn", same_work).values())
+    assert any(len(v) > 1 for v in windows("h200-e2e-mixed-per-request", same_work).values())

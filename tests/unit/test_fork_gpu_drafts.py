@@ -1,6 +1,10 @@
 """ci/fork-gpu/drafts.py's filter on CPU tensors: kept drafts stay, rejected ones change,
 and with a chain every later draft becomes the successor of the one before it, the
-drafter's own agreeing ones counted."""
+drafter's own agreeing ones counted; with the step's positions a draft's fate is its
+position's and token's, whatever else the batch or earlier steps held."""
+
+from types import SimpleNamespace
+from typing import Any
 
 import torch
 
@@ -34,3 +38,40 @@ def test_one_draft_a_request_is_left_to_the_drafter() -> None:
     f.active = True
     assert f(torch.tensor([[3], [9]])).tolist() == [[3], [9]]
     assert f.chain_agreement() == {"checked": 0, "agreed": 0}
+
+
+def keyed(keep: float, salt: int = 0) -> Any:
+    f = drafts.DraftFilter(1000)
+    f.active, f.salt = True, salt
+    f.set(default=keep)
+    return f
+
+
+def test_a_draft_at_a_position_meets_the_same_fate_in_any_batch_and_after_any_steps() -> None:
+    proposed = torch.randint(0, 1000, (64, 2), generator=torch.Generator().manual_seed(1))
+    first = torch.arange(64) * 5
+    f = keyed(0.5)
+    whole = f(proposed, lambda: first)
+    f(torch.randint(0, 1000, (7, 3)), lambda: torch.arange(7))  # other steps in between draw nothing of theirs
+    part = f(proposed[10:20], lambda: first[10:20])
+    assert torch.equal(part, whole[10:20])
+    assert torch.equal(keyed(0.5)(proposed, lambda: first), whole)  # a fresh filter: the same draws
+    assert not torch.equal(keyed(0.5, salt=1)(proposed, lambda: first), whole)  # another round: others
+
+
+def test_keyed_draws_keep_the_set_share_and_replace_with_another_token() -> None:
+    proposed = torch.randint(0, 1000, (20000, 2), generator=torch.Generator().manual_seed(2))
+    out = keyed(0.3)(proposed, lambda: torch.arange(20000) * 2)
+    kept = out == proposed
+    assert abs(kept.float().mean().item() - 0.3) < 0.01
+    assert abs(kept[:, 1].float().mean().item() - 0.3) < 0.02  # each column on its own
+    assert bool(((out >= 0) & (out < 1000)).all())
+
+
+def test_the_first_draft_follows_the_last_kept_token() -> None:
+    """The query's last row sits at seq_len - 1 (0-based); a step that rejected r drafts puts its
+    bonus token at seq_len - r, and the next first draft right after it."""
+    batch = SimpleNamespace(num_reqs=2, seq_lens=torch.tensor([12, 30, 0]))  # padded past num_reqs
+    rejected = torch.tensor([2, 0, 0])
+    got = drafts.first_positions(batch, None, None, None, None, torch.tensor([1, 3]), rejected, "more", key="word")
+    assert got.tolist() == [11, 31]
