@@ -185,16 +185,16 @@ def paired(cells: Cells, n: int, policy: str, base: str, what: str = "batch") ->
 
 
 def noise_floor(cells: Cells, n: int, k: int) -> float | None:
-    """The largest median of the rounds' paired ratios, off 1, between two policies whose mixed batch
-    verifies the same one depth today (fixed K and the phase policies): what these cells cannot tell
-    apart, measured as the target is; None: no such pair ran."""
+    """The largest difference, in any one round, between two policies whose mixed batch verifies the
+    same one depth today (fixed K and the phase policies): what these cells cannot tell apart, round by
+    round, as the target's ratios are paired; None: no such pair ran."""
     by_depth: dict[str, list[str]] = defaultdict(list)
     for m, policy in cells:
         if m == n and policy != NO_SPEC and not policy.endswith(PER_REQUEST) and (d := expected_depth(policy, k)):
             by_depth[d].append(policy)
-    medians = [statistics.median(r) for same in by_depth.values() for a, b in itertools.combinations(sorted(same), 2)
-               if (r := paired(cells, n, a, b))]
-    return max((abs(m - 1) for m in medians), default=None)
+    ratios = [r for same in by_depth.values() for a, b in itertools.combinations(sorted(same), 2)
+              for r in paired(cells, n, a, b)]
+    return max((abs(r - 1) for r in ratios), default=None)
 
 
 def target_policies(k: int) -> tuple[str, str]:
@@ -231,23 +231,20 @@ def uncovered(curve: Mapping[int, float], n: int, k: int) -> str | None:
 
 def targets(cells: Cells, n: int, k: int, floor: float | None, bounds: Mapping[str, float | None]) -> list[str]:
     """#38's target for each of target_policies whose twin ran, MET or MISSED (median of the rounds'
-    paired ratios), a miss by less than the floor said so, with the curve's bound where there is one."""
+    paired ratios), either by less than the floor said so, with the curve's figure where there is one."""
     lines = []
     for policy in target_policies(k):
         twin = policy + PER_REQUEST
         if (n, twin) not in cells or not (ratios := paired(cells, n, twin, policy)):
             continue
         ratio = statistics.median(ratios)
-        near = within(ratio, MIXED_TARGET, floor, "these cells'") if floor is not None else ""
+        close = floor is not None and abs(ratio / MIXED_TARGET - 1) < floor  # met or missed, a tie here
+        near = f" (by less than these cells' noise floor, {floor:.1%})" if close else ""
         bound = bounds.get(policy)
         lines.append(f"{'MET   ' if ratio >= MIXED_TARGET else 'MISSED'} mixed x{n}: {twin} >= {MIXED_TARGET}x "
-                     f"{policy}: {ratio:.3f}{near}" + (f"; on the curve alone, the rest of a step free: {bound:.3f}" if bound else ""))
+                     f"{policy}: {ratio:.3f}{near}"
+                     + (f"; on the curve alone, the rest of a step free: {bound:.3f}" if bound else ""))
     return lines
-
-
-def within(ratio: float, target: float, noise: float, whose: str = "this run's") -> str:
-    """What a miss by less than the noise floor is: one the run cannot tell from a meet."""
-    return f" (by less than {whose} noise floor, {noise:.1%})" if target > ratio >= target * (1 - noise) else ""
 
 
 def same_round(cells: Sequence[Cell], base: Sequence[Cell]) -> list[tuple[Cell, Cell]]:
@@ -292,7 +289,7 @@ def report(runs: Sequence[Mapping[str, Any]], k: int, acceptance: Mapping[str, f
             bounds = {p: curve_bound(n, k, acceptance, curve, layers, p) for p in target_policies(k)}
             lines += ["", f"each request verifying its own depth against the batch's, mixed x{n}: tok/s ratio, "
                           "median [range] of the rounds (same round, same engine)", *gains,
-                      "noise floor of these cells (paired by round, policies whose batch verifies the same depth today): "
+                      "noise floor of these cells (the largest difference in a round between policies whose batch verifies the same depth today): "
                       + (f"{floor:.1%}" if floor is not None else "none (no such pair ran)"),
                       *targets(cells, n, k, floor, bounds)]
         misses += missed

@@ -18,8 +18,9 @@ position in its request and its token, through a hash salted by `salt` (the end-
 benchmark: the round), not from one stream: a draft of the same request at the same
 position is kept under every policy or under none, whatever depths the policies verified
 before it (common random numbers: policies paired in a round differ by what they verify,
-not by their luck). Without the step's positions (a bare call) the draws come from a seeded
-stream."""
+not by their luck). The key holds no request identity: two requests with the same token at
+the same position share a draw (the benchmark's start half a cycle apart). Without the
+step's positions (a bare call) the draws come from a seeded stream."""
 
 import torch
 
@@ -36,7 +37,8 @@ def first_positions(input_batch, attn_metadata, slot_mappings, last_hidden_state
 
 
 def mix(x: torch.Tensor) -> torch.Tensor:
-    """A 64-bit integer hash (splitmix64's finaliser, shifts made logical), elementwise."""
+    """A 64-bit integer mixer, elementwise: xorshift-multiply rounds (odd constants below 2^63, which
+    torch's int64 takes; the product wraps), the shifts made logical."""
     for shift, factor in ((30, 0x5851F42D4C957F2D), (27, 0x14057B7EF767814F), (31, None)):
         x = x ^ ((x >> shift) & ((1 << (64 - shift)) - 1))
         if factor is not None:

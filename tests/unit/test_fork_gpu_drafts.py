@@ -59,6 +59,15 @@ def test_a_draft_at_a_position_meets_the_same_fate_in_any_batch_and_after_any_st
     assert not torch.equal(keyed(0.5, salt=1)(proposed, lambda: first), whole)  # another round: others
 
 
+def test_a_position_drafted_first_in_one_step_and_second_in_another_meets_the_same_fate() -> None:
+    """Policies at other depths draft a position from another column: its fate stays its own."""
+    f = keyed(0.5)
+    tokens = torch.randint(0, 1000, (200,), generator=torch.Generator().manual_seed(3))
+    as_second = f(torch.stack([tokens[:-1], tokens[1:]], 1), lambda: torch.arange(199))  # i drafts i and i + 1
+    as_first = f(tokens[1:].view(-1, 1), lambda: torch.arange(1, 200))  # the same positions i + 1 alone
+    assert torch.equal(as_second[:, 1], as_first[:, 0])
+
+
 def test_keyed_draws_keep_the_set_share_and_replace_with_another_token() -> None:
     proposed = torch.randint(0, 1000, (20000, 2), generator=torch.Generator().manual_seed(2))
     out = keyed(0.3)(proposed, lambda: torch.arange(20000) * 2)
@@ -75,3 +84,6 @@ def test_the_first_draft_follows_the_last_kept_token() -> None:
     rejected = torch.tensor([2, 0, 0])
     got = drafts.first_positions(batch, None, None, None, None, torch.tensor([1, 3]), rejected, "more", key="word")
     assert got.tolist() == [11, 31]
+    by_name = drafts.first_positions(input_batch=batch, attn_metadata=None, slot_mappings=None, last_hidden_states=None,
+                                     aux_hidden_states=None, num_sampled=None, num_rejected=rejected, dummy_run=True)
+    assert by_name.tolist() == [11, 31]  # the model runner's dummy run passes them by name
