@@ -289,8 +289,8 @@ def report(runs: Sequence[Mapping[str, Any]], k: int, acceptance: Mapping[str, f
             bounds = {p: curve_bound(n, k, acceptance, curve, layers, p) for p in target_policies(k)}
             lines += ["", f"each request verifying its own depth against the batch's, mixed x{n}: tok/s ratio, "
                           "median [range] of the rounds (same round, same engine)", *gains,
-                      "noise floor of these cells (the largest difference in a round between policies whose batch verifies the same depth today): "
-                      + (f"{floor:.1%}" if floor is not None else "none (no such pair ran)"),
+                      "noise floor of these cells (the largest difference in a round between policies whose batch "
+                      "verifies the same depth today): " + (f"{floor:.1%}" if floor is not None else "none (no such pair ran)"),
                       *targets(cells, n, k, floor, bounds)]
         misses += missed
     return lines, misses
