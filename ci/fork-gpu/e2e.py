@@ -8,7 +8,8 @@ ci/fork-gpu/e2e, runs one engine per LVLLM_MOE_OVERLAP level, tagged by it); E2E
 
 The stand-in of e2e_model.py, FULL_DECODE_ONLY graphs, lk_moe experts, the deepseek_r1
 reasoning parser. spec: EAGLE K=2 on model runner v2, graphs captured for depths 0, 1
-and 2, each draft kept with its phase's probability (acceptance ACCEPTANCE at depth K).
+and 2, each draft kept with its phase's probability (acceptance ACCEPTANCE at depth K), drawn
+from its position and token with the round as salt: the same draws for every policy of a round.
 The draft-depth policies of vllm.ds4x.depth_sim run side by side in this one engine:
 between cells (no request in flight) the scheduler's policy object is swapped for the
 next policy's, each made once and kept (see Policies). nospec: no speculation.
