@@ -173,8 +173,9 @@ def twin_gains(cells: Cells, n: int, k: int) -> list[str]:
     for twin in per_request_policies(k):
         if (n, twin) not in cells:
             continue
-        ratios = {what: paired(cells, n, twin, twin.removesuffix(PER_REQUEST), what) for what in ("batch", *PHASES)}
-        lines.append(f"{twin:<22} vs {twin.removesuffix(PER_REQUEST)}: " + ", ".join(
+        base = twin.removesuffix(PER_REQUEST)
+        ratios = {what: paired(cells, n, twin, base, what) for what in ("batch", *PHASES)}
+        lines.append(f"{twin:<22} vs {base}: " + ", ".join(
             f"{what} {statistics.median(r):.3f} [{min(r):.3f}-{max(r):.3f}]" for what, r in ratios.items() if r))
     return lines
 
@@ -212,9 +213,9 @@ def curve_bound(n: int, k: int, acceptance: Mapping[str, float], curve: Mapping[
     the step costs."""
     if expected_depth(policy, k) is None or uncovered(curve, n, k):
         return None
-    seconds = [layers * depth_mixed.curve_ms(curve, n * (d + 1)) / 1000 for d in range(k + 1)]
     cost = depth_mixed.curve_cost(curve, layers, [0.0], k)
-    return depth_mixed.compare(named_policies(k)[policy].draft_depth, depth_mixed.mix(n), acceptance, k, seconds,
+    uniform = [cost([d] * n) for d in range(k + 1)]  # today's steps priced as per request's: only the rows differ
+    return depth_mixed.compare(named_policies(k)[policy].draft_depth, depth_mixed.mix(n), acceptance, k, uniform,
                                cost).gain
 
 
