@@ -19,7 +19,7 @@ from vllm.config import (
     StructuredOutputsConfig,
     VllmConfig,
 )
-from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig
+from vllm.ds4x.draft_depth import REQUEST_KEY, DepthPolicy, DraftDepthConfig
 from vllm.ds4x.spec_metrics import DepthStats
 from vllm.ds4x.spec_scheduling import DraftDepthScheduling
 from vllm.sampling_params import SamplingParams
@@ -203,11 +203,17 @@ def run_async(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
     return result
 
 
-def run_live_timing(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
+def run_live_timing(model: str, draft_depth: dict[str, Any] | None, verify: str = "batch") -> dict[str, Any]:
     """adaptive times its steps live: 30 decode steps of two requests, then one
-    where only r1 has drafts (uneven, unless the batch verifies nothing)."""
+    where only r1 has drafts (uneven, unless the batch verifies nothing). With
+    verify "request" (the fork's hook, as use_policy sets it), r2 asked for depth 0
+    and r1 for K: every decode step masks r2's drafts and is timed by its shape."""
     s = scheduler(model, draft_depth, False)
-    reqs = {r: request(r, [5] * 12 + [THINK], max_tokens=200) for r in ("r1", "r2")}
+    own = verify == "request"
+    if own:
+        use_policy(s, {**(draft_depth or {}), "verify": "request"})
+    reqs = {r: request(r, [5] * 12 + [THINK], {REQUEST_KEY: depth} if own else None, max_tokens=200)
+            for r, depth in (("r1", K), ("r2", 0))}
     for r in reqs.values():
         s.add_request(r)
     ids = list(reqs)
@@ -218,14 +224,17 @@ def run_live_timing(model: str, draft_depth: dict[str, Any] | None) -> dict[str,
     def step(proposed: list[list[int]]) -> dict[str, int]:
         s.update_draft_token_ids(DraftTokenIds(ids, proposed))
         out = s.schedule()
-        s.update_from_output(out, verified(out, ids, {"r1": [30, 40], "r2": [30, 41]}))
+        fork_hook(s, out)
+        masked = out.ds4x_verify_depths or {}  # r2's: it verifies none of its drafts, and keeps its next token
+        s.update_from_output(out, verified(out, ids, {"r1": [30, 40], "r2": [41] if "r2" in masked else [30, 41]}))
         return dict(out.num_scheduled_tokens)
 
     for _ in range(30):
         step([[30, 31]] * len(ids))
-    timed, lengths = costs.clock, sorted({t for _, t in costs.samples})  # clock: every timing, samples: the latest per length
+    timed, shapes = costs.clock, sorted({shape for _, shape in costs.samples})  # clock: every timing
     uneven = step([[30, 31], []])
-    return {"timed": timed, "lengths": lengths, "uneven_step": uneven, "uneven_timed": costs.clock - timed}
+    return {"timed": timed, "lengths": sorted({longest for longest, _ in shapes}), "shapes": shapes,
+            "uneven_step": uneven, "uneven_timed": costs.clock - timed}
 
 
 def run_stats(model: str, draft_depth: dict[str, Any] | None) -> dict[str, Any]:
@@ -358,6 +367,7 @@ def check(model: str) -> dict[str, Any]:
                                   "async_reasoning": run_async_reasoning(model, policy)}
                            for name, policy in POLICIES.items()}
     out["adaptive"]["live_timing"] = run_live_timing(model, POLICIES["adaptive"])
+    out["adaptive"]["live_timing_per_request"] = run_live_timing(model, POLICIES["adaptive"], "request")
     for name, policy in POLICIES.items():
         out[name]["stats_paths"] = run_stats(model, policy)
     out["per_request"] = run_per_request(model)

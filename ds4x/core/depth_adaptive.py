@@ -3,7 +3,9 @@
 """The adaptive draft-depth strategy: each request's depth with the most tokens per second.
 
 Per request and phase, from its acceptance estimate and the engine's step
-costs, with hysteresis; decisions are due on the DecisionClock.
+costs, with hysteresis; decisions are due on the DecisionClock. Under
+verify "request" a depth is priced in the batch it runs in, the other
+requests' depths held (depth_estimates.best_in_batch).
 
 A request's verifications are counted in its outcome table (when it is read,
 for steps where every request drafted alike: depth_outcomes), and go into its
@@ -16,10 +18,10 @@ from collections.abc import Container, Mapping, Sequence
 
 from .depth_clock import DecisionClock
 from .depth_config import AdaptiveDepth
-from .depth_estimates import SeedAcceptance, StepCosts, best_depth
+from .depth_estimates import Beside, SeedAcceptance, StepCosts, best_depth, best_in_batch, expected_tokens
 from .depth_outcomes import MAX_SAMPLED, OutcomeLog
 from .depth_request import RequestState, SetDepth
-from .depth_tally import TallyCodec
+from .depth_tally import RETIRED, TallyCodec
 
 
 class Adaptive:
@@ -33,6 +35,7 @@ class Adaptive:
         self.codec = TallyCodec(k_max)
         # it chooses among depths a batch really verifies (each has its graph)
         self.choices = [d for d in range(config.min_depth, k_max + 1) if batch_depth[d] == d]
+        self.batch_depth, self.per_request = batch_depth, config.verify == "request"
         self.set_depth, self.requests, self.costs = set_depth, requests, costs
         # the engine-wide acceptance that starts new requests
         self.seeds = SeedAcceptance(config.prior_by_phase(), k_max, config.smoothing)
@@ -137,14 +140,32 @@ class Adaptive:
     def _decide(self, state: RequestState, force: bool, explore: bool) -> int:
         if state.override is not None:
             return state.override
-        if explore and self.clock.explore_left > 0 and (untimed := self._untimed_choices()):
+        estimate = state.acceptance[state.phase].estimate()
+        if self.per_request and (beside := self._beside(state)) is not None:
+            # priced in its batch, by the steps the batch makes: uniform lengths need no exploring
+            best, rates = best_in_batch(estimate, self.costs, self.choices, beside)
+        elif explore and self.clock.explore_left > 0 and (untimed := self._untimed_choices()):
             self.clock.spend_exploring_step()  # one step at an untimed depth, to time it
             state.exploring = True
             return untimed[0]
-        best, rates = best_depth(state.acceptance[state.phase].estimate(), self.costs.relative(), self.choices)
+        else:
+            best, rates = best_depth(estimate, self.costs.relative(), self.choices)
         if not force and rates[best] <= rates[state.depth] * (1 + self.hysteresis):
             return state.depth
         return best
+
+    def _beside(self, state: RequestState) -> Beside | None:
+        """The other requests it holds, each at its own depth rounded to a graph depth:
+        the batch its depth is priced in; None: it is alone."""
+        requests, expected, verified, longest = 0, 0.0, 0, 0
+        for other in self.requests.values():
+            if other is not state and other.slot != RETIRED:
+                depth = self.batch_depth[other.depth]
+                requests += 1
+                expected += expected_tokens(other.acceptance[other.phase].estimate(), depth)
+                verified += 1 + depth
+                longest = max(longest, 1 + depth)
+        return Beside(requests, expected, verified, longest) if requests else None
 
     def _untimed_choices(self) -> list[int]:
         """Depths it may choose whose step cost is untimed or stale at this batch size

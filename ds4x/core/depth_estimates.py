@@ -38,11 +38,41 @@ def best_depth(acceptance: Sequence[float], costs: Sequence[float],
     """The depth with most expected tokens per unit of step cost (the shallower
     on a tie; candidates ascending), and the rate of every depth."""
     rates = [tokens / cost for tokens, cost in zip(expected_tokens_by_depth(acceptance, len(costs) - 1), costs)]
+    return _best(rates, candidates), rates
+
+
+@dataclass(frozen=True, slots=True)
+class Beside:
+    """The other requests of a batch whose requests each verify their own depth: how many,
+    their expected tokens a step, the tokens they verify, and the most one of them verifies."""
+
+    requests: int
+    expected: float
+    verified: int
+    longest: int
+
+
+def best_in_batch(acceptance: Sequence[float], costs: StepCosts, candidates: Sequence[int],
+                  beside: Beside) -> tuple[int, list[float]]:
+    """Verify "request": the depth that gives the whole batch the most expected tokens a second,
+    the others' depths held, each priced at the step it makes (StepCosts.step_cost: a step
+    costs the tokens it verifies, which a uniform step's cost overprices by every other
+    request's rows); and the batch's rate at each of its depths."""
+    mine = expected_tokens_by_depth(acceptance, len(costs.prior) - 1)
+    requests = beside.requests + 1
+    rates = [(beside.expected + tokens) / costs.step_cost((max(beside.longest, 1 + depth), beside.verified + 1 + depth),
+                                                          requests)
+             for depth, tokens in enumerate(mine)]
+    return _best(rates, candidates), rates
+
+
+def _best(rates: Sequence[float], candidates: Sequence[int]) -> int:
+    """The candidate with the highest rate; the shallower on a tie (candidates ascending)."""
     best = candidates[0]  # no max(key=): decisions are frequent
     for depth in candidates:
         if rates[depth] > rates[best]:
             best = depth
-    return best, rates
+    return best
 
 
 @dataclass(slots=True)
@@ -128,6 +158,10 @@ class SeedAcceptance:
             seed.rates = [s + SEED_PULL * min(1.0, n / full) * (m - s) for s, m, n in zip(seed.rates, mine.rates, seen)]
 
 
+Shape = tuple[int, int]
+"""a decode step's (longest, total): the tokens its longest request verifies, and all of them"""
+
+
 @dataclass
 class StepCosts:
     """Seconds per step by tokens verified per request (1..K_max+1), for the batch
@@ -143,7 +177,11 @@ class StepCosts:
     size's own timings only; a length not timed lately is stale, and its timings
     are forgotten. The scheduler times
     every step: a timing recomputes only its own median, and the answers only
-    when a median, the batch size or a staleness changed."""
+    when a median, the batch size or a staleness changed.
+
+    Under verify "request" a step's requests verify different lengths: such a
+    step is timed by its shape (Shape), and `step_cost` prices a shape by its own
+    timings, or else between the uniform lengths around its tokens a request."""
 
     prior: list[float]
     by_batch: dict[int, list[float]] = field(default_factory=dict)
@@ -151,73 +189,105 @@ class StepCosts:
     window: int = 15
     min_samples: int = 3
     stale_after: int = 512
-    samples: dict[tuple[int, int], list[float]] = field(default_factory=dict)
-    """(requests, tokens per request): the latest timings"""
-    last_seen: dict[tuple[int, int], int] = field(default_factory=dict)
+    samples: dict[tuple[int, Shape], list[float]] = field(default_factory=dict)
+    """(requests, shape): the latest timings"""
+    last_seen: dict[tuple[int, Shape], int] = field(default_factory=dict)
     clock: int = 0
     batch: int = 1
     """the requests of the latest timed step: the batch the answers are for"""
-    medians: dict[int, dict[int, float]] = field(default_factory=dict)
-    """requests -> tokens -> the median of its latest timings, once it has min_samples"""
-    _relative: list[float] | None = None
+    medians: dict[int, dict[Shape, float]] = field(default_factory=dict)
+    """requests -> shape -> the median of its latest timings, once it has min_samples"""
+    _relative: dict[int, list[float]] | None = None
+    """requests -> relative's answer"""
     _unmeasured: list[int] | None = None
     _fresh_until: int = 0
     """the clock up to which no timing goes stale"""
 
     def observe(self, tokens: int, seconds: float, requests: int = 1) -> None:
+        """A step whose `requests` requests each verified `tokens`."""
+        self._record(requests, (tokens, tokens * requests), seconds)
+
+    def observe_step(self, tokens: Sequence[int], seconds: float) -> None:
+        """A decode step whose requests verified `tokens` each (1 + its depth)."""
+        self._record(len(tokens), (max(tokens), sum(tokens)), seconds)
+
+    def _record(self, requests: int, shape: Shape, seconds: float) -> None:
         self.clock += 1
         if self.clock > self._fresh_until:
             self._forget_stale()  # before this timing: a stale length starts afresh
-        key = (requests, tokens)
+        key = (requests, shape)
         kept = self.samples.setdefault(key, [])
         kept.append(seconds)
         del kept[: -self.window]
         self.last_seen[key] = self.clock
         if len(kept) >= self.min_samples:
             median, timed = sorted(kept)[len(kept) // 2], self.medians.setdefault(requests, {})
-            if timed.get(tokens) != median:
-                timed[tokens] = median
+            if timed.get(shape) != median:
+                timed[shape] = median
                 self._relative = None
         if requests != self.batch:
             self.batch = requests
-            self._relative = self._unmeasured = None
-        elif self._unmeasured is not None and tokens in self._unmeasured:
+            self._unmeasured = None
+        elif self._unmeasured is not None and shape[0] in self._unmeasured and shape[1] == shape[0] * requests:
             self._unmeasured = None
 
     def _forget_stale(self) -> None:
-        """Every length not timed for stale_after timed steps, at any batch size, is
+        """Every shape not timed for stale_after timed steps, at any batch size, is
         forgotten: no stale median prices a step (the prior does, scaled by fresh
         timings, until it is timed again), so one dear spell cannot keep a depth
         from being chosen and re-timed."""
         for key in [key for key, seen in self.last_seen.items() if self.clock - seen > self.stale_after]:
-            requests, tokens = key
+            requests, shape = key
             del self.samples[key], self.last_seen[key]
             timed = self.medians.get(requests, {})
-            if timed.pop(tokens, None) is not None and not timed:
+            if timed.pop(shape, None) is not None and not timed:
                 del self.medians[requests]
             self._relative = self._unmeasured = None
         self._fresh_until = min(self.last_seen.values(), default=self.clock) + self.stale_after
 
-    def seen(self, requests: int) -> dict[int, float]:
-        return dict(self.medians.get(requests, {}))
-
-    def relative(self) -> list[float]:
-        """Cost of 1..K_max+1 tokens at the current batch (or the nearest timed
-        one, without priors by batch size); untimed entries scaled from the prior."""
+    def relative(self, requests: int | None = None) -> list[float]:
+        """Cost of 1..K_max+1 tokens at the current batch, or at `requests` (else the
+        nearest timed one, without priors by batch size); untimed entries scaled from
+        the prior (by every timed shape, each against the prior's price of it)."""
+        asked = self.batch if requests is None else requests
         if self._relative is None:
-            timed, prior = self.medians, self.prior
+            self._relative = {}
+        if (answer := self._relative.get(asked)) is None:
+            timed, prior, n = self.medians, self.prior, asked
             if self.by_batch:  # the nearest batch size's shape beats another batch size's timings
-                prior = self.by_batch[min(self.by_batch, key=lambda n: (abs(n - self.batch), n))]
-                seen = timed.get(self.batch, {})
-            else:
-                seen = timed[min(timed, key=lambda n: (abs(n - self.batch), n))] if timed else {}
-            scale = sum(seen[t] / prior[t - 1] for t in seen) / len(seen) if seen else 1.0
-            self._relative = [seen.get(t, prior[t - 1] * scale) for t in range(1, len(prior) + 1)]
-        return self._relative
+                prior = self.by_batch[min(self.by_batch, key=lambda b: (abs(b - asked), b))]
+            elif timed:
+                n = min(timed, key=lambda b: (abs(b - asked), b))
+            seen = timed.get(n, {})
+            scale = sum(m / between(prior, shape, n) for shape, m in seen.items()) / len(seen) if seen else 1.0
+            uniform = _uniform(seen, n)
+            answer = self._relative[asked] = [uniform.get(t, prior[t - 1] * scale) for t in range(1, len(prior) + 1)]
+        return answer
+
+    def step_cost(self, shape: Shape, requests: int) -> float:
+        """A step of `requests` requests of this shape: its own timings' median, or else
+        between the uniform lengths around its tokens a request (relative, at that batch)."""
+        timed = self.medians.get(requests, {}).get(shape)
+        return timed if timed is not None else between(self.relative(requests), shape, requests)
 
     def unmeasured(self) -> list[int]:
         """Lengths with too few timings at the current batch, or none lately."""
         if self._unmeasured is None:
-            timed = self.medians.get(self.batch, {})
+            timed = _uniform(self.medians.get(self.batch, {}), self.batch)
             self._unmeasured = [t for t in range(1, len(self.prior) + 1) if t not in timed]
         return self._unmeasured
+
+
+def _uniform(seen: Mapping[Shape, float], requests: int) -> dict[int, float]:
+    """The timings of uniform shapes (every request verified the longest), by length."""
+    return {longest: m for (longest, total), m in seen.items() if total == longest * requests}
+
+
+def between(costs: Sequence[float], shape: Shape, requests: int) -> float:
+    """A shape's cost on uniform costs by length (costs[t - 1]: t tokens a request), linear
+    between the lengths around its tokens a request; a uniform shape, its own length's."""
+    each = min(max(shape[1] / requests, 1.0), float(len(costs)))
+    low = int(each)
+    if low == each:
+        return costs[low - 1]
+    return costs[low - 1] + (each - low) * (costs[low] - costs[low - 1])

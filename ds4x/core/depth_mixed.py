@@ -30,13 +30,15 @@ bench/depth_sim.py --mixed, measure (plan --measure) and bench/e2e_decode.py.
 from __future__ import annotations
 
 import itertools
+import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import draft_depth as dd
 from .depth_config import parse_draft_depth
 from .depth_estimates import best_depth, expected_tokens_by_depth
-from .depth_sim import Overlap, conditional, per_depth, step_seconds
+from .depth_sim import END_THINK, TEXT, THINK, Overlap, conditional, per_depth, step_seconds
 from .draft_depth import batch_depth_table
 from .phase_tracker import ANSWER, PHASES, REASONING
 
@@ -239,3 +241,53 @@ def report(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], re
             f"request {depths_text(own.depths)}: {own.tok_s:.2f} tok/s ({own.tok_s / today.tok_s:.3f}x)",
             "per request: one lk_moe call a layer for the step's tokens, the rest at the deepest depth"
             + (f"; {', '.join(map(str, guessed))} tokens interpolated on the curve" if guessed else "")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """A simulated mixed batch: tokens made and seconds spent, and the steps by depths verified."""
+
+    tokens: dict[str, int]
+    """by phase"""
+    seconds: float
+    steps: dict[tuple[int, ...], int]
+
+    @property
+    def tok_s(self) -> float:
+        return sum(self.tokens.values()) / self.seconds
+
+
+def simulate(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance: Mapping[str, float], k: int,
+             cost: Cost, steps: int, rng: random.Random) -> Run:
+    """A mixed batch of `phases` (one request each, in that phase throughout) for `steps` decode
+    steps under the real DepthPolicy: each request verifies its own rounded depth (draft_depth
+    verify "request") or the batch's deepest; each draft accepted at its phase's conditional
+    acceptance at depth k; a step costs `cost` of the depths verified, and the policy's step
+    costs are timed as the scheduler times them (StepTimer)."""
+    policy = dd.DepthPolicy(dd.parse_draft_depth(config, k), k, dd.PhaseTracker([[THINK]], [[END_THINK]]))
+    per_request = policy.config.verify == "request"
+    names = [f"req{i}" for i in range(len(phases))]
+    states = [policy.add(name, [TEXT, THINK] if phase == REASONING else [TEXT, THINK, END_THINK], None)
+              for name, phase in zip(names, phases)]
+    rates = {p: conditional(acceptance[p], k) for p in set(phases)}
+    made, seconds = dict.fromkeys(PHASES, 0), 0.0
+    counts: dict[tuple[int, ...], int] = {}
+    for _ in range(steps):
+        own = [policy.batch_depth[state.depth] for state in states]
+        depths = tuple(own) if per_request else (max(own),) * len(own)
+        step_s = cost(depths)
+        policy.costs.observe_step([1 + d for d in depths], step_s)
+        sampled = []
+        for phase, depth in zip(phases, depths):
+            accepted = 0
+            while accepted < depth and rng.random() < rates[phase]:
+                accepted += 1
+            sampled.append(1 + accepted)
+            made[phase] += 1 + accepted
+        spec = {name: [TEXT] * d for name, d in zip(names, depths) if d}
+        even = depths[0] if len(set(depths)) == 1 and depths[0] else None
+        policy.strategy.learn(names, spec, sampled, even)
+        seconds += step_s
+        counts[depths] = counts.get(depths, 0) + 1
+        policy.strategy.step_ended(None)
+    return Run(tokens=made, seconds=seconds, steps=counts)

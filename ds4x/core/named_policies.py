@@ -95,9 +95,9 @@ def per_request_policies(k: int, start: AdaptiveStart | None = None) -> dict[str
             if (depths := p.verified_depths(k)) is None or len(depths) > 1}
 
 
-def any_policy(name: str, k: int) -> NamedPolicy:
-    """A named policy or its per-request twin, by report name."""
-    return {**named_policies(k), **per_request_policies(k)}[name]
+def any_policy(name: str, k: int, start: AdaptiveStart | None = None) -> NamedPolicy:
+    """A named policy or its per-request twin, by report name (`start`: adaptive's)."""
+    return {**named_policies(k, start), **per_request_policies(k, start)}[name]
 
 
 def same_behaviour(k: int) -> list[tuple[str, str, str]]:

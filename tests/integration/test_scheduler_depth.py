@@ -106,6 +106,16 @@ def test_adaptive_times_uniform_steps_live(engine_checks: dict[str, Any]) -> Non
     assert live["uneven_timed"] == 0, live
 
 
+def test_adaptive_times_masked_steps_by_their_shape(engine_checks: dict[str, Any]) -> None:
+    """verify "request": r1 verifies 2 drafts (3 tokens) and r2, at its own depth 0, 1 token in a
+    batch that runs depth 2: each such step is timed as (3 tokens the longest, 4 in all), not as a
+    uniform step of 3 a request; the step where r2 proposed no drafts is not timed."""
+    live = engine_checks["scheduler"]["adaptive"]["live_timing_per_request"]
+    assert live["timed"] == 30, live
+    assert live["shapes"] == [[3, 4]], live
+    assert live["uneven_timed"] == 0, live
+
+
 @pytest.mark.parametrize("policy", ["fixed", "phase 1/2", "phase 0/2", "adaptive"])
 def test_phase_counts_equal_what_each_request_verified(engine_checks: dict[str, Any], policy: str) -> None:
     """The scheduler counts by phase in one pass per step (vLLM's totals less all

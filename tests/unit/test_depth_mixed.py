@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +20,7 @@ from ds4x.cli import main
 from ds4x.core import depth_mixed as mixed
 from ds4x.core import depth_sim as sim
 from ds4x.core import measure
+from ds4x.core.named_policies import any_policy
 
 K = 2
 CURVE = {1: 1.0, 2: 2.0, 3: 3.0, 4: 3.6, 6: 5.0}  # ms a layer call by tokens
@@ -246,3 +248,53 @@ def test_the_docs_quote_the_model_on_the_committed_profile() -> None:
             assert quoted.format(name="adaptive-like" if name == "adaptive" else name,
                                  a=mixed.depths_text(c.uniform.depths), b=c.uniform.tok_s,
                                  c=mixed.depths_text(c.per_request.depths), d=c.per_request.tok_s, g=c.gain) in doc
+
+
+# bench/results/h200-dsv4-e2e-priors-x2: the mixed cells' uniform steps by depth, the
+# acceptance measured, and the profile adaptive started from
+DSV4_STEPS_MS = [40.3, 70.9, 90.8]
+DSV4_ACCEPTANCE = {"reasoning": 0.411, "answer": 0.907}
+DSV4_START = {"step_cost": {"1": [1.0, 2.298, 3.1062], "2": [1.0, 1.7661, 2.4989]},
+              "prior_acceptance": {"reasoning": 0.515, "answer": 0.925}}
+
+
+def dsv4_cost(depths: Sequence[int]) -> float:
+    """A step's seconds: a uniform one as measured, a mixed one between them by its tokens
+    (a request's own depth costs its rows: 0 + 2 as 1 + 1)."""
+    each = sum(depths) / len(depths)
+    low = int(each)
+    high = min(low + 1, K)
+    return (DSV4_STEPS_MS[low] + (each - low) * (DSV4_STEPS_MS[high] - DSV4_STEPS_MS[low])) / 1000
+
+
+def simulated(name: str, steps: int, seeds: int = 12) -> tuple[float, dict[tuple[int, ...], float]]:
+    """A named policy's mean tok/s over short mixed runs, and its share of steps by depths."""
+    config = any_policy(name, K, DSV4_START).draft_depth
+    runs = [mixed.simulate(config, mixed.mix(2), DSV4_ACCEPTANCE, K, dsv4_cost, steps, random.Random(seed))
+            for seed in range(seeds)]
+    counts: dict[tuple[int, ...], int] = {}
+    for run in runs:
+        for depths, n in run.steps.items():
+            counts[depths] = counts.get(depths, 0) + n
+    return sum(r.tok_s for r in runs) / seeds, {d: n / (steps * seeds) for d, n in counts.items()}
+
+
+def test_adaptive_per_request_prices_its_depth_in_the_batch_it_runs_in() -> None:
+    """A mixed cell as short as the benchmark's (26 steps), adaptive starting from the H200 profile:
+    per request, the answering request verifies 2 beside the reasoning one at 0 from the start
+    (priced in the batch of two it joins, not on the one-request profile of the last timed step,
+    which kept both at depth 0 for a whole hold), so it gains what phase 0/2 per request gains."""
+    phase, _ = simulated("phase 0/2 per request", 26)
+    rate, share = simulated("adaptive per request", 26)
+    assert share[(0, 2)] >= 0.85, share
+    assert rate >= 0.97 * phase
+
+
+def test_the_simulation_times_what_it_runs() -> None:
+    """Every step of a run is counted by the depths it verified, and a batch-uniform policy's steps
+    all verify one depth."""
+    run = mixed.simulate(sim.policies(K)["phase 0/2"], mixed.mix(2), DSV4_ACCEPTANCE, K, dsv4_cost, 30,
+                         random.Random(0))
+    assert run.steps == {(2, 2): 30}
+    assert run.seconds == pytest.approx(30 * DSV4_STEPS_MS[2] / 1000)
+    assert run.tokens["reasoning"] >= 30 and run.tokens["answer"] >= 30

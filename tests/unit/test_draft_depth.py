@@ -366,6 +366,34 @@ def test_live_step_costs_replace_the_prior() -> None:
     assert costs.unmeasured() == [2, 3]  # 3 tokens not timed for 600 steps: stale
 
 
+def test_a_masked_step_is_timed_by_its_shape_and_prices_only_its_own_shape() -> None:
+    """verify "request": a step of two requests verifying 3 and 1 tokens is timed as (3, 4) and
+    prices that shape; uniform lengths keep their own timings, the untimed one is scaled from the
+    prior by every timed shape, and an untimed shape lies between the uniform lengths around it."""
+    costs = est.StepCosts(prior=[1.0, 2.0, 3.0])
+    for _ in range(3):
+        costs.observe(1, 0.020, requests=2)
+        costs.observe(3, 0.060, requests=2)
+        costs.observe_step([3, 1], 0.035)
+    assert costs.step_cost((3, 4), 2) == pytest.approx(0.035)
+    assert costs.step_cost((3, 6), 2) == pytest.approx(0.060)  # uniform: the same as relative's
+    scale = (0.020 / 1.0 + 0.060 / 3.0 + 0.035 / 2.0) / 3  # (3, 4): 2 tokens a request, prior 2.0
+    assert costs.relative() == pytest.approx([0.020, 2.0 * scale, 0.060])
+    assert costs.step_cost((2, 3), 2) == pytest.approx((0.020 + 2.0 * scale) / 2)  # 1.5 a request
+    assert costs.unmeasured() == [2]  # the masked shape times no uniform length
+
+
+def test_relative_answers_for_the_batch_asked() -> None:
+    """A request priced in a batch of two before any two-request step ran gets two requests'
+    prior shape, not the one-request timings of the latest step."""
+    costs = est.StepCosts(prior=[1.0, 2.3, 3.1], by_batch={1: [1.0, 2.3, 3.1], 2: [1.0, 1.77, 2.5]})
+    for _ in range(3):
+        costs.observe(1, 0.016)
+    assert costs.relative() == pytest.approx([0.016, 0.0368, 0.0496])
+    assert costs.relative(2) == pytest.approx([1.0, 1.77, 2.5])
+    assert costs.relative(1) == costs.relative()
+
+
 def test_a_stale_median_is_forgotten() -> None:
     """Three dear steps at 3 tokens (timed while the engine warmed up) price that length
     until they are stale; then the prior, scaled by the fresh timings, prices it again."""

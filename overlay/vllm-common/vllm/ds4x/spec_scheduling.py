@@ -237,7 +237,7 @@ class DraftDepthScheduling:
         for state in self._leaving:
             self.policy.retire(state)
         self._leaving.clear()
-        self._time_step(scheduler_output, self._drafted, not own)
+        self._time_step(scheduler_output, self._drafted, own)
         self.strategy.step_ended(index)
         return stats
 
@@ -391,39 +391,43 @@ def even_depth(reached: list[int], drafts: int) -> int | None:
     return depth if drafts >= 0 and reached == [drafts] * depth + [0] * (len(reached) - depth) else None
 
 
-def _untimed(scheduler_output: SchedulerOutputView, drafted: int | None, whole: bool) -> None:
+def _untimed(scheduler_output: SchedulerOutputView, drafted: int | None, own: dict[str, int] | None) -> None:
     """A strategy that decides on no step costs: nothing to time."""
 
 
 class StepTimer:
     """Live step cost, into the engine-wide StepCosts: wall time since the previous
-    step ended, credited to this step when it was a pure decode batch of one
-    verify length and ran the same requests as the one before: as many, none new
-    or resumed (no idle gap, no admission)."""
+    step ended, credited to this step when it was a pure decode batch and ran the
+    same requests as the one before: as many, none new or resumed (no idle gap,
+    no admission). Timed by the tokens each request verified: under verify
+    "request", a request with rows masked verified 1 + its own depth."""
 
     def __init__(self, costs: StepCosts, k_max: int) -> None:
         self.costs, self.k_max = costs, k_max
         self._previous = 0  # requests in the last step
         self._step_end: float | None = None
 
-    def time(self, scheduler_output: SchedulerOutputView, drafted: int | None, whole: bool) -> None:
+    def time(self, scheduler_output: SchedulerOutputView, drafted: int | None, own: dict[str, int] | None) -> None:
         """`drafted`: d when every request of the step verified d drafts (then each
         was scheduled 1 + d tokens, unless it was no decode: checked on the total);
-        `whole`: False when some request verified fewer drafts than it ran (its
-        rows masked: the step's cost is then no uniform depth's)."""
+        `own`: the depth of each request that verified fewer drafts than it ran."""
         now = time.perf_counter()
         scheduled = scheduler_output.num_scheduled_tokens
         previous, self._previous = self._previous, len(scheduled)
         step_end, self._step_end = self._step_end, now
-        if (not whole or step_end is None or not scheduled or len(scheduled) != previous
+        if (step_end is None or not scheduled or len(scheduled) != previous
                 or scheduler_output.scheduled_new_reqs
                 or resumed_requests(scheduler_output)):
             return
         total = scheduler_output.total_num_scheduled_tokens
         # the longest: 1 + d when all drafted d, 1 when the total is one a request (none has fewer)
         tokens = 1 + drafted if drafted is not None else 1 if total == len(scheduled) else max(scheduled.values())
-        if tokens <= self.k_max + 1 and tokens * len(scheduled) == total:
-            self.costs.observe(tokens, now - step_end, len(scheduled))  # one length: the total is the longest times the count
+        if tokens > self.k_max + 1 or tokens * len(scheduled) != total:  # a prefill, or drafts of uneven length
+            return
+        if own:  # one graph length, each request verifying its own part of it
+            self.costs.observe_step([1 + own[r] if r in own else tokens for r in scheduled], now - step_end)
+        else:
+            self.costs.observe(tokens, now - step_end, len(scheduled))
 
 
 def _verifies(request: RequestView, stale: frozenset[str]) -> int:
