@@ -47,6 +47,7 @@ class Adaptive:
         self._changes, self._cached = 0, -1
         self.log = OutcomeLog(k_max)
         self._untimed: tuple[list[int] | None, list[int]] = (None, [])  # (StepCosts.unmeasured(), of choices)
+        self._arrivals: tuple[int, list[RequestState]] = (0, [])  # (engine step, the requests that arrived in it)
 
     def start(self, state: RequestState, running: int) -> None:
         state.acceptance = self.seeds.for_new_request()
@@ -54,6 +55,21 @@ class Adaptive:
         self._changes += 1
         # no exploring while it prefills; arrivals spread their decisions over a hold
         self._settle(state, force=True, explore=False, first=self.clock.arrival(running))
+        if self.per_request:
+            self._reprice_arrivals(state)
+
+    def _reprice_arrivals(self, state: RequestState) -> None:
+        """Verify "request": the requests that arrived in this engine step before it were priced
+        without it beside them (the first alone, on the last timed batch's costs); each again,
+        its next decision left where it was."""
+        step, arrived = self._arrivals
+        if step != self.clock.steps:
+            arrived = []
+        for other in arrived:
+            if other.slot != RETIRED and other.override is None:
+                self.set_depth(other, self._decide(other, force=True, explore=False))
+        arrived.append(state)
+        self._arrivals = (self.clock.steps, arrived)
 
     def phase_changed(self, state: RequestState, left: str) -> None:
         self._apply(state, left)  # what it verified belongs to the phase it left

@@ -114,8 +114,8 @@ class DepthPolicy:
             override=request_depth(extra_args, self.k_max),
             depth=self.k_max,
         )
-        self.strategy.start(state, len(self.requests))
         self.requests[request_id] = state
+        self.strategy.start(state, len(self.requests) - 1)
         return state
 
     def track_phase(self, state: RequestState, new: Sequence[int], history: Sequence[int]) -> None:

@@ -267,10 +267,12 @@ def dsv4_cost(depths: Sequence[int]) -> float:
     return (DSV4_STEPS_MS[low] + (each - low) * (DSV4_STEPS_MS[high] - DSV4_STEPS_MS[low])) / 1000
 
 
-def simulated(name: str, steps: int, seeds: int = 12) -> tuple[float, dict[tuple[int, ...], float]]:
-    """A named policy's mean tok/s over short mixed runs, and its share of steps by depths."""
+def simulated(name: str, steps: int, phases: Sequence[str] = ("reasoning", "answer"),
+              seeds: int = 12) -> tuple[float, dict[tuple[int, ...], float]]:
+    """A named policy's mean tok/s over runs of a batch of `phases` (requests in that order), and
+    its share of steps by the depths each request verified."""
     config = any_policy(name, K, DSV4_START).draft_depth
-    runs = [mixed.simulate(config, mixed.mix(2), DSV4_ACCEPTANCE, K, dsv4_cost, steps, random.Random(seed))
+    runs = [mixed.simulate(config, phases, DSV4_ACCEPTANCE, K, dsv4_cost, steps, random.Random(seed))
             for seed in range(seeds)]
     counts: dict[tuple[int, ...], int] = {}
     for run in runs:
@@ -279,15 +281,26 @@ def simulated(name: str, steps: int, seeds: int = 12) -> tuple[float, dict[tuple
     return sum(r.tok_s for r in runs) / seeds, {d: n / (steps * seeds) for d, n in counts.items()}
 
 
-def test_adaptive_per_request_prices_its_depth_in_the_batch_it_runs_in() -> None:
+@pytest.mark.parametrize("phases", [("reasoning", "answer"), ("answer", "reasoning")])
+def test_adaptive_per_request_prices_its_depth_in_the_batch_it_runs_in(phases: tuple[str, str]) -> None:
     """A mixed cell as short as the benchmark's (26 steps), adaptive starting from the H200 profile:
-    per request, the answering request verifies 2 beside the reasoning one at 0 from the start
-    (priced in the batch of two it joins, not on the one-request profile of the last timed step,
-    which kept both at depth 0 for a whole hold), so it gains what phase 0/2 per request gains."""
-    phase, _ = simulated("phase 0/2 per request", 26)
-    rate, share = simulated("adaptive per request", 26)
-    assert share[(0, 2)] >= 0.85, share
+    per request, the answering request verifies 2 beside the reasoning one at 0 from the start,
+    whichever arrived first (priced in the batch of two, not on the one-request profile of the last
+    timed step, which kept both at depth 0 for a whole hold), so it gains what phase 0/2 per
+    request gains."""
+    phase, _ = simulated("phase 0/2 per request", 26, phases)
+    rate, share = simulated("adaptive per request", 26, phases)
+    assert share[tuple(2 if p == "answer" else 0 for p in phases)] >= 0.85, share
     assert rate >= 0.97 * phase
+
+
+@pytest.mark.parametrize("phase", ["reasoning", "answer"])
+def test_adaptive_per_request_costs_a_uniform_batch_nothing(phase: str) -> None:
+    """Two requests of one phase, each pricing its depth beside the other: no slower than the
+    batch-uniform choice in steady decode."""
+    today, _ = simulated("adaptive", 300, (phase, phase), seeds=6)
+    mine, _ = simulated("adaptive per request", 300, (phase, phase), seeds=6)
+    assert mine >= 0.99 * today
 
 
 def test_the_simulation_times_what_it_runs() -> None:
