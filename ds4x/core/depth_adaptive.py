@@ -36,6 +36,8 @@ class Adaptive:
         # it chooses among depths a batch really verifies (each has its graph)
         self.choices = [d for d in range(config.min_depth, k_max + 1) if batch_depth[d] == d]
         self.batch_depth, self.per_request = batch_depth, config.verify == "request"
+        # a step_cost profile prices a batch's untimed steps well enough: no exploring each new one
+        self.explore_shapes = not config.step_costs()
         self.set_depth, self.requests, self.costs = set_depth, requests, costs
         # the engine-wide acceptance that starts new requests
         self.seeds = SeedAcceptance(config.prior_by_phase(), k_max, config.smoothing)
@@ -156,14 +158,14 @@ class Adaptive:
     def _decide(self, state: RequestState, force: bool, explore: bool) -> int:
         if state.override is not None:
             return state.override
-        estimate = state.acceptance[state.phase].estimate()
-        if self.per_request and (beside := self._beside(state)) is not None:
-            # priced in its batch, by the steps the batch makes: uniform lengths need no exploring
-            best, rates = best_in_batch(estimate, self.costs, self.choices, beside)
-        elif explore and self.clock.explore_left > 0 and (untimed := self._untimed_choices()):
+        beside = self._beside(state) if self.per_request else None  # priced in its batch, the others held
+        if explore and self.clock.explore_left > 0 and (untimed := self._untimed_choices(beside)):
             self.clock.spend_exploring_step()  # one step at an untimed depth, to time it
             state.exploring = True
             return untimed[0]
+        estimate = state.acceptance[state.phase].estimate()
+        if beside is not None:
+            best, rates = best_in_batch(estimate, self.costs, self.choices, beside)
         else:
             best, rates = best_depth(estimate, self.costs.relative(), self.choices)
         if not force and rates[best] <= rates[state.depth] * (1 + self.hysteresis):
@@ -183,9 +185,14 @@ class Adaptive:
                 longest = max(longest, 1 + depth)
         return Beside(requests, expected, verified, longest) if requests else None
 
-    def _untimed_choices(self) -> list[int]:
+    def _untimed_choices(self, beside: Beside | None) -> list[int]:
         """Depths it may choose whose step cost is untimed or stale at this batch size
-        (kept while StepCosts keeps its answer)."""
+        (kept while StepCosts keeps its answer); beside others, whose step in its batch is,
+        unless a step_cost profile prices it (the lengths around its tokens a request)."""
+        if beside is not None:
+            if not self.explore_shapes:
+                return []
+            return [d for d in self.choices if not self.costs.timed(beside.shape(d), beside.requests + 1)]
         unmeasured = self.costs.unmeasured()
         if self._untimed[0] is not unmeasured:
             self._untimed = (unmeasured, [t - 1 for t in unmeasured if t - 1 in self.choices])

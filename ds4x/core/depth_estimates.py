@@ -17,6 +17,9 @@ from .phase_tracker import PHASES
 PRIOR_SAMPLES = 4  # what a starting acceptance estimate weighs, in observations
 SEED_PULL = 0.25  # how far a finished request moves the engine-wide seed toward its own estimate
 
+Shape = tuple[int, int]
+"""a decode step's (longest, total): the tokens its longest request verifies, and all of them"""
+
 
 def expected_tokens_by_depth(acceptance: Sequence[float], depth: int) -> list[float]:
     """For each depth 0..`depth`: 1 (the bonus token) + the expected accepted
@@ -51,6 +54,10 @@ class Beside:
     verified: int
     longest: int
 
+    def shape(self, depth: int) -> Shape:
+        """The batch's step with the request beside them verifying `depth`."""
+        return max(self.longest, 1 + depth), self.verified + 1 + depth
+
 
 def best_in_batch(acceptance: Sequence[float], costs: StepCosts, candidates: Sequence[int],
                   beside: Beside) -> tuple[int, list[float]]:
@@ -60,8 +67,7 @@ def best_in_batch(acceptance: Sequence[float], costs: StepCosts, candidates: Seq
     request's rows); and the batch's rate at each of its depths."""
     mine = expected_tokens_by_depth(acceptance, len(costs.prior) - 1)
     requests = beside.requests + 1
-    rates = [(beside.expected + tokens) / costs.step_cost((max(beside.longest, 1 + depth), beside.verified + 1 + depth),
-                                                          requests)
+    rates = [(beside.expected + tokens) / costs.step_cost(beside.shape(depth), requests)
              for depth, tokens in enumerate(mine)]
     return _best(rates, candidates), rates
 
@@ -156,10 +162,6 @@ class SeedAcceptance:
             mine = acceptance[phase]
             seen = mine.counts or [0] * len(mine.rates)
             seed.rates = [s + SEED_PULL * min(1.0, n / full) * (m - s) for s, m, n in zip(seed.rates, mine.rates, seen)]
-
-
-Shape = tuple[int, int]
-"""a decode step's (longest, total): the tokens its longest request verifies, and all of them"""
 
 
 @dataclass
@@ -263,6 +265,10 @@ class StepCosts:
             uniform = _uniform(seen, n)
             answer = self._relative[asked] = [uniform.get(t, prior[t - 1] * scale) for t in range(1, len(prior) + 1)]
         return answer
+
+    def timed(self, shape: Shape, requests: int) -> bool:
+        """Whether a step of this shape has its own timings (min_samples, not stale)."""
+        return shape in self.medians.get(requests, {})
 
     def step_cost(self, shape: Shape, requests: int) -> float:
         """A step of `requests` requests of this shape: its own timings' median, or else

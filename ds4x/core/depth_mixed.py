@@ -240,7 +240,9 @@ def report(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], re
             f"best one depth for the batch {depths_text(today.depths)}: {today.tok_s:.2f} tok/s; best depths per "
             f"request {depths_text(own.depths)}: {own.tok_s:.2f} tok/s ({own.tok_s / today.tok_s:.3f}x)",
             "per request: one lk_moe call a layer for the step's tokens, the rest at the deepest depth"
-            + (f"; {', '.join(map(str, guessed))} tokens interpolated on the curve" if guessed else "")]
+            + (f"; {', '.join(map(str, guessed))} tokens interpolated on the curve" if guessed else ""),
+            *([adaptive_simulated(policies["adaptive"], phases, acceptance, k, seconds, cost)]
+              if "adaptive" in policies else [])]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -291,3 +293,31 @@ def simulate(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance
         counts[depths] = counts.get(depths, 0) + 1
         policy.strategy.step_ended(None)
     return Run(tokens=made, seconds=seconds, steps=counts)
+
+
+SIMULATED_STEPS, SIMULATED_RUNS = 400, 4
+"""adaptive_simulated's runs: steps each (its decisions settle within a few holds), and how many"""
+
+
+def adaptive_simulated(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance: Mapping[str, float],
+                       k: int, seconds: Sequence[float], per_request: Cost) -> str:
+    """The adaptive policy itself (its holds, probes and live step costs) on the mixed batch, today
+    and with verify "request" (simulate; uniform steps `seconds` by depth, mixed ones `per_request`):
+    steady tok/s over SIMULATED_RUNS runs, and the depths it ran most."""
+    def cost(depths: Sequence[int]) -> float:
+        return seconds[depths[0]] if len(set(depths)) == 1 else per_request(depths)
+
+    def runs(verify: str) -> tuple[float, str]:
+        got = [simulate({**(config or {}), "verify": verify}, phases, acceptance, k, cost, SIMULATED_STEPS,
+                        random.Random(seed)) for seed in range(SIMULATED_RUNS)]
+        steps: dict[tuple[int, ...], int] = {}
+        for run in got:
+            for depths, n in run.steps.items():
+                steps[depths] = steps.get(depths, 0) + n
+        most = max(steps, key=lambda d: steps[d])
+        share = steps[most] / (SIMULATED_STEPS * SIMULATED_RUNS)
+        return sum(r.tok_s for r in got) / len(got), f"{depths_text(most)} in {share:.0%} of steps"
+
+    (today, today_most), (own, own_most) = runs("batch"), runs("request")
+    return (f"adaptive itself, simulated ({SIMULATED_RUNS} runs of {SIMULATED_STEPS} steps): today {today:.2f} tok/s "
+            f"({today_most}); per request {own:.2f} tok/s ({own_most}; {own / today:.3f}x)")

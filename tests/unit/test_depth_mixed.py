@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -140,9 +141,22 @@ def test_the_report_prices_every_policy_and_names_what_it_interpolated() -> None
     assert set(rows) == set(sim.policies(K))
     assert rows["phase 0/2"][:5] == ["2+2", f"{4.46 / 0.051:.2f}", "0+2", f"{3.71 / 0.037:.2f}",
                                      f"{(3.71 / 0.037) / (4.46 / 0.051):.3f}"]
-    assert lines[-1].endswith("; 5 tokens interpolated on the curve")
-    assert not mixed.report({**CURVE, 5: 4.3}, LAYERS, [1.0], 2, K, ACCEPTANCE, sim.policies(K))[-1].endswith(
+    assert lines[-2].endswith("; 5 tokens interpolated on the curve")
+    assert not mixed.report({**CURVE, 5: 4.3}, LAYERS, [1.0], 2, K, ACCEPTANCE, sim.policies(K))[-2].endswith(
         "interpolated on the curve")
+
+
+def test_the_report_simulates_adaptive_itself_without_a_step_cost_profile() -> None:
+    """Adaptive from a flat step cost (no profile): per request it times the steps its batch would
+    make at each of its depths (exploring them), so it finds the reasoning request's depth 0 beside
+    the answer's 2; today's batch verifies the answer's 2 for both."""
+    line = mixed.report(CURVE, LAYERS, [1.0], 2, K, ACCEPTANCE, sim.policies(K))[-1]
+    got = re.fullmatch(r"adaptive itself, simulated \(4 runs of 400 steps\): today ([\d.]+) tok/s \((\S+) in \d+% "
+                       r"of steps\); per request ([\d.]+) tok/s \((\S+) in (\d+)% of steps; ([\d.]+)x\)", line)
+    assert got is not None, line
+    today, today_most, own, own_most, share, gain = got.groups()
+    assert (today_most, own_most) == ("2+2", "0+2") and int(share) >= 60
+    assert float(gain) == pytest.approx(float(own) / float(today), abs=1e-3) and float(gain) > 1.05
 
 
 def test_the_report_refuses_a_curve_without_the_batchs_uniform_steps() -> None:
