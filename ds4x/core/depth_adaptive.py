@@ -3,8 +3,9 @@
 """The adaptive draft-depth strategy: each request's depth with the most tokens per second.
 
 Per request and phase, from its acceptance estimate and the engine's step
-costs, with hysteresis; decisions are due on the DecisionClock. Under
-verify "request" a depth is priced in the batch it runs in, the other
+costs, with hysteresis; decisions are due on the DecisionClock. A request
+that has not run yet is priced in the batch it joins; under verify
+"request" every depth is priced in the batch it runs in, the other
 requests' depths held (depth_estimates.best_in_batch).
 
 A request's verifications are counted in its outcome table (when it is read,
@@ -50,28 +51,20 @@ class Adaptive:
         self.log = OutcomeLog(k_max)
         self._untimed: tuple[list[int] | None, list[int]] = (None, [])  # (StepCosts.unmeasured(), of choices)
         self._arrivals: tuple[int, list[RequestState]] = (0, [])  # (engine step, the requests that arrived in it)
+        self._ran: Container[str] | None = None  # the last step's requests (None: every request held)
 
     def start(self, state: RequestState, running: int) -> None:
         state.acceptance = self.seeds.for_new_request()
         state.outcomes = [0] * self.codec.outcomes
         self._changes += 1
-        # no exploring while it prefills; arrivals spread their decisions over a hold
-        self._settle(state, force=True, explore=False, first=self.clock.arrival(running))
-        if self.per_request:
-            self._reprice_arrivals(state)
-
-    def _reprice_arrivals(self, state: RequestState) -> None:
-        """Verify "request": the requests that arrived in this engine step before it were priced
-        without it beside them (the first alone, on the last timed batch's costs); each again,
-        its next decision left where it was."""
         step, arrived = self._arrivals
-        if step != self.clock.steps:
-            arrived = []
-        for other in arrived:
+        self._arrivals = (self.clock.steps, [*arrived, state] if step == self.clock.steps else [state])
+        # no exploring while it prefills; arrivals spread their decisions over a hold; priced in
+        # the batch it joins, not the last timed one (which a request alone may have left)
+        self._settle(state, force=True, explore=False, first=self.clock.arrival(running), joining=True)
+        for other in self._arrivals[1][:-1]:  # arrived in this step before it, priced without it: again
             if other.slot != RETIRED and other.override is None:
-                self.set_depth(other, self._decide(other, force=True, explore=False))
-        arrived.append(state)
-        self._arrivals = (self.clock.steps, arrived)
+                self.set_depth(other, self._decide(other, force=True, explore=False, joining=True))
 
     def phase_changed(self, state: RequestState, left: str) -> None:
         self._apply(state, left)  # what it verified belongs to the phase it left
@@ -114,6 +107,7 @@ class Adaptive:
     def step_ended(self, ran: Container[str] | None) -> None:
         """The requests due decide: after a hold, the step after an exploring one,
         a probe's step after it was set, and at depth 0 when a probe is due."""
+        self._ran = ran
         for state in self.clock.tick():
             self._wake(state, ran is None or state.request_id in ran)
 
@@ -139,11 +133,13 @@ class Adaptive:
         self._apply(state, state.phase)
         self._settle(state, force=tried)
 
-    def _settle(self, state: RequestState, force: bool, explore: bool = True, first: int = 0) -> None:
+    def _settle(self, state: RequestState, force: bool, explore: bool = True, first: int = 0,
+                joining: bool = False) -> None:
         """Decide, and when to decide next: after one step at an untimed depth,
-        after a probe's wait at depth 0, else after a hold (`first`: a new request's)."""
+        after a probe's wait at depth 0, else after a hold (`first`: a new request's;
+        `joining`: it has not run yet, see _decide)."""
         previous = state.depth
-        self.set_depth(state, self._decide(state, force, explore))
+        self.set_depth(state, self._decide(state, force, explore, joining))
         if state.override is not None:
             return
         clock = self.clock
@@ -155,29 +151,36 @@ class Adaptive:
         hold = clock.held(state, kept=state.depth == previous and not force)
         clock.wake_in(state, first or hold)
 
-    def _decide(self, state: RequestState, force: bool, explore: bool) -> int:
+    def _decide(self, state: RequestState, force: bool, explore: bool, joining: bool = False) -> int:
+        """Its depth: per request, priced in its batch with the others' depths held; else on
+        uniform steps of the last timed batch, or (`joining`: before its first step) of the
+        batch it joins."""
         if state.override is not None:
             return state.override
-        beside = self._beside(state) if self.per_request else None  # priced in its batch, the others held
-        if explore and self.clock.explore_left > 0 and (untimed := self._untimed_choices(beside)):
+        beside = self._beside(state) if self.per_request or joining else None
+        own = beside if self.per_request else None
+        if explore and self.clock.explore_left > 0 and (untimed := self._untimed_choices(own)):
             self.clock.spend_exploring_step()  # one step at an untimed depth, to time it
             state.exploring = True
             return untimed[0]
         estimate = state.acceptance[state.phase].estimate()
-        if beside is not None:
-            best, rates = best_in_batch(estimate, self.costs, self.choices, beside)
+        if own is not None:
+            best, rates = best_in_batch(estimate, self.costs, self.choices, own)
         else:
-            best, rates = best_depth(estimate, self.costs.relative(), self.choices)
+            batch = (beside.requests + 1 if beside else 1) if joining else None
+            best, rates = best_depth(estimate, self.costs.relative(batch), self.choices)
         if not force and rates[best] <= rates[state.depth] * (1 + self.hysteresis):
             return state.depth
         return best
 
     def _beside(self, state: RequestState) -> Beside | None:
-        """The other requests it holds, each at its own depth rounded to a graph depth:
-        the batch its depth is priced in; None: it is alone."""
+        """The others of its batch (those that ran in the last step, and those that arrived
+        since), each at its own depth rounded to a graph depth; None: it is alone."""
         requests, expected, verified, longest = 0, 0.0, 0, 0
+        ran, (step, arrived) = self._ran, self._arrivals
         for other in self.requests.values():
-            if other is not state and other.slot != RETIRED:
+            if other is not state and other.slot != RETIRED and (
+                    ran is None or other.request_id in ran or (step == self.clock.steps and other in arrived)):
                 depth = self.batch_depth[other.depth]
                 requests += 1
                 expected += expected_tokens(other.acceptance[other.phase].estimate(), depth)

@@ -308,6 +308,14 @@ def test_adaptive_per_request_prices_its_depth_in_the_batch_it_runs_in(phases: t
     assert rate >= 0.97 * phase
 
 
+def test_adaptive_prices_a_new_request_in_the_batch_it_joins() -> None:
+    """Batch-uniform adaptive too: two answering requests arriving together price their first depth
+    on two requests' step costs (depth 2), not on the one-request profile of the last timed step
+    (depth 0 there), which held the batch at 0 for a whole hold."""
+    _, share = simulated("adaptive", 26, ("answer", "answer"))
+    assert share[(2, 2)] >= 0.7, share
+
+
 @pytest.mark.parametrize("phase", ["reasoning", "answer"])
 def test_adaptive_per_request_costs_a_uniform_batch_nothing(phase: str) -> None:
     """Two requests of one phase, each pricing its depth beside the other: no slower than the

@@ -394,6 +394,24 @@ def test_relative_answers_for_the_batch_asked() -> None:
     assert costs.relative(1) == costs.relative()
 
 
+def test_a_request_is_priced_beside_those_that_ran_and_those_that_arrived() -> None:
+    """verify "request": the batch a depth is priced in holds the requests of the last step and
+    those that arrived since, not one that waits (w: held, but not run)."""
+    policy = by_id({"policy": "adaptive", "verify": "request"})
+    for name in ("a", "b", "w"):
+        policy.add(name, [THINK])
+    policy.step({"a", "b"})
+    beside = policy.policy.strategy._beside
+    new = policy.add("n", [THINK])
+    assert beside(new).requests == 2  # a and b
+    policy.add("m", [THINK])
+    assert beside(new).requests == 3  # m arrived in the same step
+    policy.step({"a", "b", "n", "m"})
+    assert beside(new).requests == 3
+    policy.step(None)  # the engine-less simulations: every request held runs
+    assert beside(new).requests == 4
+
+
 def test_a_stale_median_is_forgotten() -> None:
     """Three dear steps at 3 tokens (timed while the engine warmed up) price that length
     until they are stale; then the prior, scaled by the fresh timings, prices it again."""
