@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -125,6 +125,19 @@ def rate_table(cells: Cells, n: int, policies: Sequence[str], baseline: str) -> 
                      f"{statistics.median(ratios) if ratios else float('nan'):>10.3f} {by_phase[0]:10.2f} "
                      f"{by_phase[1]:8.2f}   {steps}")
     return lines, medians
+
+
+def request_depths(cells: Cells, n: int, policies: Sequence[str]) -> list[str]:
+    """For each policy whose cells counted them (runs since steps_by_request_depths), its mixed
+    cells' steps over the rounds by the depth each request verified, the most first."""
+    lines = []
+    for policy in policies:
+        counts: Counter[str] = Counter()
+        for cell in cells[n, policy]:
+            counts.update(cell.get("steps_by_request_depths", {}))
+        if total := sum(counts.values()):
+            lines.append(f"{policy}: " + ", ".join(f"{d} {c / total:.0%}" for d, c in counts.most_common()))
+    return ["", f"steps by the depth each request verified, mixed x{n} (all rounds)", *lines] if lines else []
 
 
 def step_ms(cells: Cells, n: int, policy: str, depth: str) -> float:
@@ -278,7 +291,7 @@ def report(runs: Sequence[Mapping[str, Any]], k: int, acceptance: Mapping[str, f
         table, medians = rate_table(cells, n, policies, f"fixed {k}")
         phases = depth_mixed.mix(n)
         lines += ["", f"mixed, {n} running requests ({' + '.join(phases)}): steady decode tok/s over the batch, "
-                      "and per phase", *table]
+                      "and per phase", *table, *request_depths(cells, n, policies)]
         seconds = [step_ms(cells, n, f"fixed {d}", str(d)) / 1000 for d in range(k + 1)]
         cost, how = curve_cost(curve, layers, seconds, n, k)
         found, missed = predictions(n, k, acceptance, medians, seconds, cost, slack)

@@ -23,7 +23,8 @@ A cell is one phase (reasoning or answer), 1 or 2 requests started together, one
 policy; greedy, E2E_TOKENS tokens a request (default 96). Its steady decode rate is
 the tokens made from the first step after prefill to the step where the first request
 finishes, over that time (and each request's own tokens in that window); its step
-times come from the scheduler's own calls, by verified depth. Each round then runs
+times come from the scheduler's own calls, by verified depth, and its steps are also
+counted by the depth each request verified (steps_by_request_depths: "0+2"). Each round then runs
 the mixed cells (phase "mixed"): one reasoning and one answering request together,
 and two of each where max-num-seqs (the most of E2E_REQUESTS) allows, for every
 policy (depth_mixed.mixed_batches; E2E_MIXED=0: none; no warm-up round of their own,
@@ -47,6 +48,8 @@ import os
 import statistics
 import sys
 import time
+from collections import Counter
+from collections.abc import Iterator
 from itertools import count, pairwise
 from pathlib import Path
 
@@ -163,35 +166,50 @@ def install_model() -> None:
 
 
 class StepLog:
-    """The scheduler's schedule() calls: (time, longest query, requests, new requests?).
-    With async scheduling vLLM schedules a step before the one before it has run, so
-    the gap between two calls is the run of the step `lag` - 1 calls earlier."""
+    """The scheduler's schedule() calls: (time, longest query, requests, new requests?, the depth
+    each request verifies, ascending: "0+2" where the fork masked a request's rows). With async
+    scheduling vLLM schedules a step before the one before it has run, so the gap between two
+    calls is the run of the step `lag` - 1 calls earlier."""
 
     def __init__(self, scheduler, lag: int) -> None:
         self.lag = lag
-        self.steps: list[tuple[float, int, int, bool]] = []
+        self.steps: list[tuple[float, int, int, bool, str]] = []
         schedule = scheduler.schedule
 
         def logged(*a, **k):
             start = time.perf_counter()
             out = schedule(*a, **k)
-            lengths = out.num_scheduled_tokens.values()
-            self.steps.append((start, max(lengths, default=0), len(lengths), bool(out.scheduled_new_reqs)))
+            scheduled = out.num_scheduled_tokens
+            longest = max(scheduled.values(), default=0)
+            own = getattr(out, "ds4x_verify_depths", None) or {}
+            verified = sorted(own.get(r, n - 1) for r, n in scheduled.items())
+            self.steps.append((start, longest, len(scheduled), bool(out.scheduled_new_reqs),
+                               "+".join(map(str, verified))))
             return out
 
         scheduler.schedule = logged
 
-    def by_depth(self, start: float, end: float) -> dict[str, list[float]]:
-        """Seconds from each decode step to the next within [start, end], by its verified depth."""
+    def decode_steps(self, start: float, end: float) -> Iterator[tuple[float, int, str]]:
+        """Each decode step that ran within [start, end]: its seconds to the next, its verified
+        depth, and each request's."""
         inside = [s for s in self.steps if start <= s[0] <= end]
-        out: dict[str, list[float]] = {}
         for i, ((t, *_), (t_next, *_)) in enumerate(pairwise(inside)):
             if i < self.lag - 1:
                 continue  # the step that ran is from before the window
-            _, q, _, new = inside[i - (self.lag - 1)]
+            _, q, _, new, verified = inside[i - (self.lag - 1)]
             if not new and 1 <= q <= K + 1:
-                out.setdefault(str(q - 1), []).append(t_next - t)
+                yield t_next - t, q - 1, verified
+
+    def by_depth(self, start: float, end: float) -> dict[str, list[float]]:
+        """Seconds from each decode step to the next within [start, end], by its verified depth."""
+        out: dict[str, list[float]] = {}
+        for seconds, depth, _ in self.decode_steps(start, end):
+            out.setdefault(str(depth), []).append(seconds)
         return out
+
+    def by_request_depths(self, start: float, end: float) -> dict[str, int]:
+        """The decode steps within [start, end] by the depth each request verified ("0+2")."""
+        return dict(Counter(verified for _, _, verified in self.decode_steps(start, end)))
 
 
 class Policies:
@@ -240,13 +258,14 @@ def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count, tokens:
     first = next(i for i, m in enumerate(marks) if m[2])
     last = next(i for i, m in enumerate(marks) if m[3])
     (t0, made0, *_), (t1, made1, *_) = marks[first], marks[last]
-    steps = log.by_depth(t0, t1)
+    steps, own = log.by_depth(t0, t1), log.by_request_depths(t0, t1)
     window = [b - a for a, b in zip(made0, made1)]
     return {**({"drafts": budgets.window(t0, t1)} if budgets else {}),  # av: the drafts vLLM verified
             "tok_s": sum(window) / (t1 - t0) if t1 > t0 else None, "window_tokens": sum(window),
             "window_tokens_by_request": window, "window_s": round(t1 - t0, 4),
             "tokens": [list(latest[i].outputs[0].token_ids) for i in range(len(prompt_ids))],
-            "steps": {d: {"n": len(v), "median_ms": 1000 * statistics.median(v)} for d, v in sorted(steps.items())}}
+            "steps": {d: {"n": len(v), "median_ms": 1000 * statistics.median(v)} for d, v in sorted(steps.items())},
+            "steps_by_request_depths": own}
 
 
 def main() -> dict:

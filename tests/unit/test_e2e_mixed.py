@@ -180,6 +180,21 @@ def test_a_per_request_twin_is_held_to_its_prediction_and_paired_with_its_batch_
     assert ratio > 1.1  # the model's gain on this curve
 
 
+def test_the_steps_each_request_verified_print_where_the_cells_counted_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose cells counted steps by the depth each request verified gets them printed over the
+    rounds, the most first; a run from before prints no such section."""
+    heading = "steps by the depth each request verified, mixed x2 (all rounds)"
+    runs = runs_with_twins()
+    assert heading not in report(tmp_path, runs, capsys)[1]
+    for cell in runs[1]["cells"]:
+        if cell.get("policy") == "phase 0/2 per request":
+            cell["steps_by_request_depths"] = {"0+2": 9, "2+2": 1} if cell["round"] else {"0+2": 10}
+    out = report(tmp_path, runs, capsys)[1].splitlines()
+    assert out[out.index(heading) + 1] == "phase 0/2 per request: 0+2 95%, 2+2 5%"
+    assert out[out.index(heading) + 2] == ""  # no other policy counted them
+
+
 def test_a_planned_per_request_twin_that_did_not_run_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     nospec, spec = runs_with_twins()
     spec["cells"] = [c for c in spec["cells"] if not (c["policy"] == "phase 0/2 per request" and c["round"] == 1)]
