@@ -15,7 +15,7 @@ estimate only when it next decides.
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 
 from .depth_clock import DecisionClock
 from .depth_config import AdaptiveDepth
@@ -50,21 +50,17 @@ class Adaptive:
         self._changes, self._cached = 0, -1
         self.log = OutcomeLog(k_max)
         self._untimed: tuple[list[int] | None, list[int]] = (None, [])  # (StepCosts.unmeasured(), of choices)
-        self._arrivals: tuple[int, list[RequestState]] = (0, [])  # (engine step, the requests that arrived in it)
+        self._arrived: dict[str, RequestState] = {}  # arrived since the last step ended, in order
         self._ran: Container[str] | None = None  # the last step's requests (None: every request held)
 
     def start(self, state: RequestState, running: int) -> None:
         state.acceptance = self.seeds.for_new_request()
         state.outcomes = [0] * self.codec.outcomes
         self._changes += 1
-        step, arrived = self._arrivals
-        self._arrivals = (self.clock.steps, [*arrived, state] if step == self.clock.steps else [state])
+        self._arrived[state.request_id] = state
         # no exploring while it prefills; arrivals spread their decisions over a hold; priced in
         # the batch it joins, not the last timed one (which a request alone may have left)
         self._settle(state, force=True, explore=False, first=self.clock.arrival(running), joining=True)
-        for other in self._arrivals[1][:-1]:  # arrived in this step before it, priced without it: again
-            if other.slot != RETIRED and other.override is None:
-                self.set_depth(other, self._decide(other, force=True, explore=False, joining=True))
 
     def phase_changed(self, state: RequestState, left: str) -> None:
         self._apply(state, left)  # what it verified belongs to the phase it left
@@ -108,6 +104,10 @@ class Adaptive:
         """The requests due decide: after a hold, the step after an exploring one,
         a probe's step after it was set, and at depth 0 when a probe is due."""
         self._ran = ran
+        arrived, self._arrived = list(self._arrived.values()), {}
+        for other in arrived[:-1]:  # priced before the step's later arrivals joined: again, with them
+            if other.slot != RETIRED and other.override is None:
+                self.set_depth(other, self._decide(other, force=True, explore=False, joining=True))
         for state in self.clock.tick():
             self._wake(state, ran is None or state.request_id in ran)
 
@@ -157,41 +157,46 @@ class Adaptive:
         batch it joins."""
         if state.override is not None:
             return state.override
-        beside = self._beside(state) if self.per_request or joining else None
-        own = beside if self.per_request else None
-        if explore and self.clock.explore_left > 0 and (untimed := self._untimed_choices(own)):
+        in_batch = self._beside(state) if self.per_request else None  # priced in its batch, the others held
+        if explore and self.clock.explore_left > 0 and (untimed := self._untimed_choices(in_batch)):
             self.clock.spend_exploring_step()  # one step at an untimed depth, to time it
             state.exploring = True
             return untimed[0]
         estimate = state.acceptance[state.phase].estimate()
-        if own is not None:
-            best, rates = best_in_batch(estimate, self.costs, self.choices, own)
+        margin = self.hysteresis
+        if in_batch is not None:
+            best, rates = best_in_batch(estimate, self.costs, self.choices, in_batch)
+            margin /= in_batch.requests + 1  # on the batch's rate: its own gain, shared by all
         else:
-            batch = (beside.requests + 1 if beside else 1) if joining else None
+            batch = 1 + sum(1 for _ in self._others(state)) if joining else None
             best, rates = best_depth(estimate, self.costs.relative(batch), self.choices)
-        if not force and rates[best] <= rates[state.depth] * (1 + self.hysteresis):
+        if not force and rates[best] <= rates[state.depth] * (1 + margin):
             return state.depth
         return best
 
-    def _beside(self, state: RequestState) -> Beside | None:
-        """The others of its batch (those that ran in the last step, and those that arrived
-        since), each at its own depth rounded to a graph depth; None: it is alone."""
-        requests, expected, verified, longest = 0, 0.0, 0, 0
-        ran, (step, arrived) = self._ran, self._arrivals
+    def _others(self, state: RequestState) -> Iterator[RequestState]:
+        """The others of its batch: those that ran in the last step, and those that arrived since."""
+        ran, arrived = self._ran, self._arrived
         for other in self.requests.values():
             if other is not state and other.slot != RETIRED and (
-                    ran is None or other.request_id in ran or (step == self.clock.steps and other in arrived)):
-                depth = self.batch_depth[other.depth]
-                requests += 1
-                expected += expected_tokens(other.acceptance[other.phase].estimate(), depth)
-                verified += 1 + depth
-                longest = max(longest, 1 + depth)
+                    ran is None or other.request_id in ran or other.request_id in arrived):
+                yield other
+
+    def _beside(self, state: RequestState) -> Beside | None:
+        """The others of its batch, each at its own depth rounded to a graph depth; None: it is alone."""
+        requests, expected, verified, longest = 0, 0.0, 0, 0
+        for other in self._others(state):
+            depth = self.batch_depth[other.depth]
+            requests += 1
+            expected += expected_tokens(other.acceptance[other.phase].estimate(), depth)
+            verified += 1 + depth
+            longest = max(longest, 1 + depth)
         return Beside(requests, expected, verified, longest) if requests else None
 
     def _untimed_choices(self, beside: Beside | None) -> list[int]:
-        """Depths it may choose whose step cost is untimed or stale at this batch size
-        (kept while StepCosts keeps its answer); beside others, whose step in its batch is,
-        unless a step_cost profile prices it (the lengths around its tokens a request)."""
+        """Depths it may choose whose step cost is untimed or stale at this batch size (kept
+        while StepCosts keeps its answer); `beside` others under verify "request": the depths
+        whose step in its batch is untimed, none where a step_cost profile prices those steps."""
         if beside is not None:
             if not self.explore_shapes:
                 return []

@@ -37,8 +37,9 @@ class DecisionClock:
 
     def held(self, state: RequestState, kept: bool) -> int:
         """The wait after a decision: doubled while the choice holds (`kept`), up
-        to MAX_HOLD_TIMES holds; a change (or a new phase) brings it back."""
-        state.hold = min(2 * state.hold, MAX_HOLD_TIMES * self.hold) if kept else self.hold
+        to MAX_HOLD_TIMES holds; a change (or a new phase) brings it back, and so does a
+        choice made without a wait (a depth set at arrival and set again as others arrived)."""
+        state.hold = min(2 * state.hold, MAX_HOLD_TIMES * self.hold) if kept and state.hold else self.hold
         return state.hold
 
     def probe_wait(self, costs: list[float], accepted: float) -> int:

@@ -178,8 +178,8 @@ class StepCosts:
     H200 stand-in): then the nearest batch size's prior, scaled by this batch
     size's own timings only; a length not timed lately is stale, and its timings
     are forgotten. The scheduler times
-    every step: a timing recomputes only its own median, and the answers only
-    when a median, the batch size or a staleness changed.
+    every step: a timing recomputes only its own median, and the answers (kept
+    per batch size asked) only when a median or a staleness changed.
 
     Under verify "request" a step's requests verify different lengths: such a
     step is timed by its shape (Shape), and `step_cost` prices a shape by its own
@@ -250,7 +250,9 @@ class StepCosts:
     def relative(self, requests: int | None = None) -> list[float]:
         """Cost of 1..K_max+1 tokens at the current batch, or at `requests` (else the
         nearest timed one, without priors by batch size); untimed entries scaled from
-        the prior (by every timed shape, each against the prior's price of it)."""
+        the prior by every timed shape, each against the prior's price of it (so a
+        masked step's saving moves the untimed lengths too). Seconds where the batch
+        has timings, else the prior's own units: compare answers of one batch size only."""
         asked = self.batch if requests is None else requests
         if self._relative is None:
             self._relative = {}

@@ -265,7 +265,8 @@ def simulate(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance
     steps under the real DepthPolicy: each request verifies its own rounded depth (draft_depth
     verify "request") or the batch's deepest; each draft accepted at its phase's conditional
     acceptance at depth k; a step costs `cost` of the depths verified, and the policy's step
-    costs are timed as the scheduler times them (StepTimer)."""
+    costs time every step by the tokens each request verified (the scheduler, StepTimer, skips
+    a step that admitted a request)."""
     policy = dd.DepthPolicy(dd.parse_draft_depth(config, k), k, dd.PhaseTracker([[THINK]], [[END_THINK]]))
     per_request = policy.config.verify == "request"
     names = [f"req{i}" for i in range(len(phases))]

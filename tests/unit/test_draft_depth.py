@@ -412,6 +412,38 @@ def test_a_request_is_priced_beside_those_that_ran_and_those_that_arrived() -> N
     assert beside(new).requests == 4
 
 
+TWO_REQUESTS = [1.0, 1.77, 2.5]
+PROFILE = {"step_cost": {"1": [1.0, 2.3, 3.1], "2": TWO_REQUESTS},
+           "prior_acceptance": {"reasoning": 0.5, "answer": 0.925}}
+
+
+@pytest.mark.parametrize("verify", ["batch", "request"])
+def test_arrivals_of_one_step_are_priced_together_and_keep_deciding(verify: str) -> None:
+    """Two answering requests arrive in one step: the first, priced alone on one request's profile,
+    starts at 0; once the step ends it is priced again beside the second (2), keeps 2 at its first
+    decision, and goes on deciding: when its drafts stop being accepted it comes down to 0."""
+    policy = by_id({"policy": "adaptive", "verify": verify, "explore_steps": 0, **PROFILE})
+    prompt = [THINK, 5, END_THINK]
+    policy.add("a", prompt)
+    assert policy.depth("a") == 0
+    policy.add("b", prompt)
+    assert policy.depth("b") == 2
+    policy.step({"a", "b"})  # the prefill
+    assert policy.depth("a") == 2
+    for step in range(400):
+        drafts = {name: policy.depth(name) for name in ("a", "b")}
+        if verify == "batch":
+            drafts = dict.fromkeys(drafts, max(drafts.values()))
+        tokens = [1 + d for d in drafts.values()]  # a step costs its tokens, on the profile's shape
+        policy.policy.costs.observe_step(tokens, 0.035 * est.between(TWO_REQUESTS, (max(tokens), sum(tokens)), 2))
+        for name, drafted in drafts.items():
+            policy.on_verified(name, drafted, 0 if name == "a" and step >= 40 else drafted)
+        policy.step({"a", "b"})
+        if step == 39:
+            assert policy.depth("a") == 2  # its first decision kept it
+    assert policy.depth("a") == 0
+
+
 def test_a_stale_median_is_forgotten() -> None:
     """Three dear steps at 3 tokens (timed while the engine warmed up) price that length
     until they are stale; then the prior, scaled by the fresh timings, prices it again."""
