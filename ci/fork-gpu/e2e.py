@@ -182,7 +182,7 @@ class StepLog:
             scheduled = out.num_scheduled_tokens
             longest = max(scheduled.values(), default=0)
             own = getattr(out, "ds4x_verify_depths", None) or {}
-            verified = sorted(own.get(r, n - 1) for r, n in scheduled.items())
+            verified = sorted(min(own.get(r, n - 1), n - 1) for r, n in scheduled.items())
             self.steps.append((start, longest, len(scheduled), bool(out.scheduled_new_reqs),
                                "+".join(map(str, verified))))
             return out

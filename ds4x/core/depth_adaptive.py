@@ -104,10 +104,12 @@ class Adaptive:
         """The requests due decide: after a hold, the step after an exploring one,
         a probe's step after it was set, and at depth 0 when a probe is due."""
         self._ran = ran
-        arrived, self._arrived = list(self._arrived.values()), {}
-        for other in arrived[:-1]:  # priced before the step's later arrivals joined: again, with them
-            if other.slot != RETIRED and other.override is None:
+        # priced before the step's later arrivals joined: again, with them (still among the arrivals:
+        # under async scheduling they are not yet in the step that ended)
+        for other in list(self._arrived.values())[:-1]:
+            if other.slot != RETIRED and other.override is None and not (other.exploring or other.probing):
                 self.set_depth(other, self._decide(other, force=True, explore=False, joining=True))
+        self._arrived = {}
         for state in self.clock.tick():
             self._wake(state, ran is None or state.request_id in ran)
 

@@ -444,6 +444,24 @@ def test_arrivals_of_one_step_are_priced_together_and_keep_deciding(verify: str)
     assert policy.depth("a") == 0
 
 
+@pytest.mark.parametrize("verify", ["batch", "request"])
+def test_arrivals_while_a_step_runs_are_priced_with_each_other_under_async_scheduling(verify: str) -> None:
+    """Async scheduling: two answering requests arrive while x's step runs, and the step that ends
+    next is x's alone (theirs is already scheduled). On a profile where three requests make depth 2
+    cheap and two do not, the first, priced beside x only (0), is priced again beside x and the
+    second (2)."""
+    profile = {"step_cost": {"1": [1.0, 2.3, 3.1], "2": [1.0, 1.77, 2.5], "3": [1.0, 1.2, 1.4]},
+               "prior_acceptance": {"reasoning": 0.5, "answer": 0.6}}
+    policy = by_id({"policy": "adaptive", "verify": verify, "explore_steps": 0, **profile}, lag=2)
+    policy.add("x", [THINK])
+    policy.step({"x"})
+    for name in ("a", "b"):
+        policy.add(name, [THINK, 5, END_THINK])
+    assert (policy.depth("a"), policy.depth("b")) == (0, 2)
+    policy.step({"x"})
+    assert policy.depth("a") == 2
+
+
 def test_a_stale_median_is_forgotten() -> None:
     """Three dear steps at 3 tokens (timed while the engine warmed up) price that length
     until they are stale; then the prior, scaled by the fresh timings, prices it again."""
