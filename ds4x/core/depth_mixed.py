@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ from typing import Any
 from . import draft_depth as dd
 from .depth_config import parse_draft_depth
 from .depth_estimates import best_depth, expected_tokens_by_depth
-from .depth_sim import END_THINK, TEXT, THINK, Overlap, conditional, per_depth, step_seconds
+from .depth_sim import END_THINK, TEXT, THINK, Overlap, accepted_prefix, conditional, per_depth, prompt, step_seconds
 from .draft_depth import batch_depth_table
 from .phase_tracker import ANSWER, PHASES, REASONING
 
@@ -252,7 +253,7 @@ class Run:
     tokens: dict[str, int]
     """by phase"""
     seconds: float
-    steps: dict[tuple[int, ...], int]
+    steps: Counter[tuple[int, ...]]
 
     @property
     def tok_s(self) -> float:
@@ -270,28 +271,23 @@ def simulate(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance
     policy = dd.DepthPolicy(dd.parse_draft_depth(config, k), k, dd.PhaseTracker([[THINK]], [[END_THINK]]))
     per_request = policy.config.verify == "request"
     names = [f"req{i}" for i in range(len(phases))]
-    states = [policy.add(name, [TEXT, THINK] if phase == REASONING else [TEXT, THINK, END_THINK], None)
-              for name, phase in zip(names, phases)]
+    states = [policy.add(name, prompt(phase), None) for name, phase in zip(names, phases)]
     rates = {p: conditional(acceptance[p], k) for p in set(phases)}
     made, seconds = dict.fromkeys(PHASES, 0), 0.0
-    counts: dict[tuple[int, ...], int] = {}
+    counts: Counter[tuple[int, ...]] = Counter()
     for _ in range(steps):
         own = [policy.batch_depth[state.depth] for state in states]
         depths = tuple(own) if per_request else (max(own),) * len(own)
         step_s = cost(depths)
         policy.costs.observe_step([1 + d for d in depths], step_s)
-        sampled = []
-        for phase, depth in zip(phases, depths):
-            accepted = 0
-            while accepted < depth and rng.random() < rates[phase]:
-                accepted += 1
-            sampled.append(1 + accepted)
-            made[phase] += 1 + accepted
+        sampled = [1 + accepted_prefix(depth, rates[phase], rng) for phase, depth in zip(phases, depths)]
+        for phase, n in zip(phases, sampled):
+            made[phase] += n
         spec = {name: [TEXT] * d for name, d in zip(names, depths) if d}
         even = depths[0] if len(set(depths)) == 1 and depths[0] else None
         policy.strategy.learn(names, spec, sampled, even)
         seconds += step_s
-        counts[depths] = counts.get(depths, 0) + 1
+        counts[depths] += 1
         policy.strategy.step_ended(None)
     return Run(tokens=made, seconds=seconds, steps=counts)
 
@@ -311,12 +307,8 @@ def adaptive_simulated(config: Mapping[str, Any] | None, phases: Sequence[str], 
     def runs(verify: str) -> tuple[float, str]:
         got = [simulate({**(config or {}), "verify": verify}, phases, acceptance, k, cost, SIMULATED_STEPS,
                         random.Random(seed)) for seed in range(SIMULATED_RUNS)]
-        steps: dict[tuple[int, ...], int] = {}
-        for run in got:
-            for depths, n in run.steps.items():
-                steps[depths] = steps.get(depths, 0) + n
-        most = max(steps, key=lambda d: steps[d])
-        share = steps[most] / (SIMULATED_STEPS * SIMULATED_RUNS)
+        (most, n), = sum((run.steps for run in got), Counter()).most_common(1)
+        share = n / (SIMULATED_STEPS * SIMULATED_RUNS)
         return sum(r.tok_s for r in got) / len(got), f"{depths_text(most)} in {share:.0%} of steps"
 
     (today, today_most), (own, own_most) = runs("batch"), runs("request")

@@ -48,6 +48,19 @@ def policies(k: int, start: AdaptiveStart | None = None) -> dict[str, dict[str, 
     return {name: policy.draft_depth for name, policy in named_policies(k, start).items()}
 
 
+def prompt(phase: str) -> list[int]:
+    """A simulated request's prompt that starts it in `phase`."""
+    return [TEXT, THINK] if phase == "reasoning" else [TEXT, THINK, END_THINK]
+
+
+def accepted_prefix(depth: int, p: float, rng: random.Random) -> int:
+    """Drafts accepted of `depth`, each at conditional acceptance p until the first rejection."""
+    accepted = 0
+    while accepted < depth and rng.random() < p:
+        accepted += 1
+    return accepted
+
+
 def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], acceptance: dict[str, float],
              tokens: dict[str, int], rng: random.Random, requests: int = 1,
              phases: Sequence[str] = PHASES) -> dict[str, float]:
@@ -59,20 +72,14 @@ def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], accep
     policy = dd.DepthPolicy(dd.parse_draft_depth(policy_config, k), k,
                             dd.PhaseTracker([[THINK]], [[END_THINK]]))
     names = [f"req{i}" for i in range(requests)]
-    prompt = [TEXT, THINK] if phases[0] == "reasoning" else [TEXT, THINK, END_THINK]
-    states = [policy.add(name, prompt, None) for name in names]
+    states = [policy.add(name, prompt(phases[0]), None) for name in names]
     done = {phase: [0, 0.0] for phase in phases}
     for phase in phases:
         p = conditional(acceptance[phase], k)
         while done[phase][0] < tokens[phase] * requests:
             depth = policy.batch_depth[max(state.depth for state in states)]
             policy.costs.observe(depth + 1, costs[depth], requests)
-            sampled = []
-            for _ in names:
-                accepted = 0
-                while accepted < depth and rng.random() < p:
-                    accepted += 1
-                sampled.append(1 + accepted)
+            sampled = [1 + accepted_prefix(depth, p, rng) for _ in names]
             done[phase][0] += sum(sampled)
             # what the scheduler hands the strategy after a step (its text tokens hold no marker)
             policy.strategy.learn(names, {name: [TEXT] * depth for name in names} if depth else {}, sampled,

@@ -10,6 +10,7 @@ import json
 import random
 import re
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from ds4x.cli import main
 from ds4x.core import depth_mixed as mixed
 from ds4x.core import depth_sim as sim
 from ds4x.core import measure
+from ds4x.core.depth_estimates import between
 from ds4x.core.named_policies import any_policy
 
 K = 2
@@ -275,10 +277,8 @@ DSV4_START = {"step_cost": {"1": [1.0, 2.298, 3.1062], "2": [1.0, 1.7661, 2.4989
 def dsv4_cost(depths: Sequence[int]) -> float:
     """A step's seconds: a uniform one as measured, a mixed one between them by its tokens
     (a request's own depth costs its rows: 0 + 2 as 1 + 1)."""
-    each = sum(depths) / len(depths)
-    low = int(each)
-    high = min(low + 1, K)
-    return (DSV4_STEPS_MS[low] + (each - low) * (DSV4_STEPS_MS[high] - DSV4_STEPS_MS[low])) / 1000
+    tokens = [1 + d for d in depths]
+    return between(DSV4_STEPS_MS, (max(tokens), sum(tokens)), len(tokens)) / 1000
 
 
 def simulated(name: str, steps: int, phases: Sequence[str] = ("reasoning", "answer"),
@@ -288,10 +288,7 @@ def simulated(name: str, steps: int, phases: Sequence[str] = ("reasoning", "answ
     config = any_policy(name, K, DSV4_START).draft_depth
     runs = [mixed.simulate(config, phases, DSV4_ACCEPTANCE, K, dsv4_cost, steps, random.Random(seed))
             for seed in range(seeds)]
-    counts: dict[tuple[int, ...], int] = {}
-    for run in runs:
-        for depths, n in run.steps.items():
-            counts[depths] = counts.get(depths, 0) + n
+    counts = sum((run.steps for run in runs), Counter())
     return sum(r.tok_s for r in runs) / seeds, {d: n / (steps * seeds) for d, n in counts.items()}
 
 
