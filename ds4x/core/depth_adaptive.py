@@ -148,10 +148,21 @@ class Adaptive:
         if state.exploring:
             return clock.wake_in(state, 1)
         if state.depth == 0:
-            accepted = state.acceptance[state.phase].estimate()[0]
-            return clock.wake_in(state, first or clock.probe_wait(self.costs.relative(), accepted))
+            return clock.wake_in(state, first or self._probe_wait(state))
         hold = clock.held(state, kept=state.depth == previous and not force)
         clock.wake_in(state, first or hold)
+
+    def _probe_wait(self, state: RequestState) -> int:
+        """Steps to its next probe at depth 0 (DecisionClock.probe_wait). Per request its probe
+        adds its one row to its batch's step, which a uniform step would charge to every
+        request, and its accepted draft is a share of what the batch makes."""
+        accepted = state.acceptance[state.phase].estimate()[0]
+        beside = self._beside(state) if self.per_request else None
+        if beside is None:
+            return self.clock.probe_wait(self.costs.relative(), accepted)
+        requests = beside.requests + 1
+        costs = [self.costs.step_cost(beside.shape(depth), requests) for depth in (0, self.batch_depth[1])]
+        return self.clock.probe_wait(costs, accepted / (1 + beside.expected))
 
     def _decide(self, state: RequestState, force: bool, explore: bool, joining: bool = False) -> int:
         """Its depth: per request, priced in its batch with the others' depths held; else on

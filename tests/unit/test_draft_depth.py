@@ -444,6 +444,22 @@ def test_arrivals_of_one_step_are_priced_together_and_keep_deciding(verify: str)
     assert policy.depth("a") == 0
 
 
+def test_a_probe_at_depth_0_is_priced_in_the_step_it_joins() -> None:
+    """verify "request": a reasoning request at depth 0 beside an answering one at 2. Two requests'
+    uniform steps would charge its probe a row for each request (1.77 to 2.5: it loses 0.27 of a
+    step, a probe every 27 steps); it adds one row to a step of 4 tokens (1.77 to 2.135), and its
+    accepted draft is a share of the 3.78 tokens that step makes: it loses 0.074, so it probes every
+    probe_interval (8) steps."""
+    policy = by_id({"policy": "adaptive", "verify": "request", "explore_steps": 0, **PROFILE})
+    policy.add("r", [THINK])
+    policy.add("a", [THINK, 5, END_THINK])
+    policy.step({"r", "a"})
+    reasoning = policy.policy.requests["r"]
+    assert (reasoning.depth, policy.depth("a")) == (0, 2)
+    assert clock(policy).probe_wait(TWO_REQUESTS, 0.5) == 27
+    assert policy.policy.strategy._probe_wait(reasoning) == 8
+
+
 @pytest.mark.parametrize("verify", ["batch", "request"])
 def test_arrivals_while_a_step_runs_are_priced_with_each_other_under_async_scheduling(verify: str) -> None:
     """Async scheduling: two answering requests arrive while x's step runs, and the step that ends
