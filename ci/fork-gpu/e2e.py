@@ -220,6 +220,7 @@ class Policies:
 
     def __init__(self, scheduler) -> None:
         self.scheduler, self.made = scheduler, {}
+        self.decisions: dict[str, list] = {}  # E2E_DECISIONS=1: every depth adaptive set, by policy
         self.tracker, self.lag = scheduler.ds4x_depth.policy.tracker, scheduler.ds4x_depth.policy.lag
         self.drafter_rests = scheduler.ds4x_depth.drafter_rests  # as the engine's start-up decided (DSpark)
 
@@ -229,8 +230,27 @@ class Policies:
 
         if name not in self.made:
             policy = DepthPolicy(DraftDepthConfig.from_dict(config, K), K, self.tracker, self.lag)
+            if os.environ.get("E2E_DECISIONS") == "1" and name.startswith("adaptive"):
+                self.decisions[name] = trace_depths(policy)
             self.made[name] = DraftDepthScheduling(policy, self.drafter_rests)
         self.scheduler.ds4x_depth = self.made[name]
+
+
+def trace_depths(policy) -> list:
+    """Every depth adaptive sets, as it sets it: time, request, phase, depth, probing, exploring, its
+    acceptance estimate, and the step costs' medians at two requests (ms by shape "longest,total"):
+    what the run's steps by depth do not say, why it chose them."""
+    made, set_depth = [], policy.strategy.set_depth
+
+    def traced(state, depth: int) -> None:
+        set_depth(state, depth)
+        estimate = state.acceptance[state.phase].estimate() if state.acceptance else []
+        medians = policy.costs.medians.get(2, {})
+        made.append([round(time.perf_counter(), 4), state.request_id, state.phase, depth, state.probing,
+                     state.exploring, [round(p, 3) for p in estimate],
+                     {f"{a},{b}": round(1000 * m, 2) for (a, b), m in sorted(medians.items())}])
+    policy.strategy.set_depth = traced
+    return made
 
 
 def accepted(metrics: dict) -> tuple[float, float]:
@@ -295,6 +315,8 @@ def main() -> dict:
     policies = chosen_policies() if MODE == "spec" else [(AV_POLICY if AV else "no speculation", None)]
     mixed_policies = policies + (twins(policies) if MODE == "spec" and TWINS else [])
     scheduling = Policies(scheduler) if MODE == "spec" else None
+    if scheduling and os.environ.get("E2E_DECISIONS") == "1":
+        result["decisions"] = scheduling.decisions  # filled as the cells run, written with each
     ids = count()
     warm_up(llm, log, texts, scheduling, ids)
     counters.reset()
