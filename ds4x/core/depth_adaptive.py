@@ -5,8 +5,8 @@
 Per request and phase, from its acceptance estimate and the engine's step
 costs, with hysteresis; decisions are due on the DecisionClock. A request
 that has not run yet is priced in the batch it joins; under verify
-"request" a decision chooses its batch's depths together, each step priced
-as the tokens it verifies (depth_estimates.best_jointly).
+"request" every depth is priced in the batch it runs in, the other
+requests' depths held (depth_estimates.best_in_batch).
 
 A request's verifications are counted in its outcome table (when it is read,
 for steps where every request drafted alike: depth_outcomes), and go into its
@@ -19,16 +19,7 @@ from collections.abc import Container, Iterator, Mapping, Sequence
 
 from .depth_clock import DecisionClock
 from .depth_config import AdaptiveDepth
-from .depth_estimates import (
-    Beside,
-    SeedAcceptance,
-    StepCosts,
-    batch_rate,
-    best_depth,
-    best_jointly,
-    expected_tokens,
-    expected_tokens_by_depth,
-)
+from .depth_estimates import Beside, SeedAcceptance, StepCosts, best_depth, best_in_batch, expected_tokens
 from .depth_outcomes import MAX_SAMPLED, OutcomeLog
 from .depth_request import RequestState, SetDepth
 from .depth_tally import RETIRED, TallyCodec
@@ -157,59 +148,33 @@ class Adaptive:
         if state.exploring:
             return clock.wake_in(state, 1)
         if state.depth == 0:
-            return clock.wake_in(state, first or self._probe_wait(state))
+            accepted = state.acceptance[state.phase].estimate()[0]
+            return clock.wake_in(state, first or clock.probe_wait(self.costs.relative(), accepted))
         hold = clock.held(state, kept=state.depth == previous and not force)
         clock.wake_in(state, first or hold)
 
-    def _probe_wait(self, state: RequestState) -> int:
-        """Steps to its next probe at depth 0 (DecisionClock.probe_wait). Per request its probe
-        adds its one row to its batch's step, which a uniform step would charge to every
-        request, and its accepted draft is a share of what the batch makes."""
-        accepted = state.acceptance[state.phase].estimate()[0]
-        beside = self._beside(state) if self.per_request else None
-        if beside is None:
-            return self.clock.probe_wait(self.costs.relative(), accepted)
-        requests = beside.requests + 1
-        costs = [self.costs.step_cost(beside.shape(depth), requests) for depth in (0, self.batch_depth[1])]
-        return self.clock.probe_wait(costs, accepted / (1 + beside.expected))
-
     def _decide(self, state: RequestState, force: bool, explore: bool, joining: bool = False) -> int:
-        """Its depth: per request, its batch's chosen together; else on uniform steps of the last
-        timed batch, or (`joining`: before its first step) of the batch it joins."""
+        """Its depth: per request, priced in its batch with the others' depths held; else on
+        uniform steps of the last timed batch, or (`joining`: before its first step) of the
+        batch it joins."""
         if state.override is not None:
             return state.override
-        in_batch = self._beside(state) if self.per_request else None  # the others of its batch
+        in_batch = self._beside(state) if self.per_request else None  # priced in its batch, the others held
         if explore and self.clock.explore_left > 0 and (untimed := self._untimed_choices(in_batch)):
             self.clock.spend_exploring_step()  # one step at an untimed depth, to time it
             state.exploring = True
             return untimed[0]
-        if in_batch is not None:
-            return self._decide_jointly(state, force)
         estimate = state.acceptance[state.phase].estimate()
-        batch = 1 + sum(1 for _ in self._others(state)) if joining else None
-        best, rates = best_depth(estimate, self.costs.relative(batch), self.choices)
-        if not force and rates[best] <= rates[state.depth] * (1 + self.hysteresis):
+        margin = self.hysteresis
+        if in_batch is not None:
+            best, rates = best_in_batch(estimate, self.costs, self.choices, in_batch)
+            margin /= in_batch.requests + 1  # on the batch's rate: its own gain, shared by all
+        else:
+            batch = 1 + sum(1 for _ in self._others(state)) if joining else None
+            best, rates = best_depth(estimate, self.costs.relative(batch), self.choices)
+        if not force and rates[best] <= rates[state.depth] * (1 + margin):
             return state.depth
         return best
-
-    def _decide_jointly(self, state: RequestState, force: bool) -> int:
-        """Verify "request": its batch's depths chosen together (best_jointly), the others'
-        moved with its own; a request exploring, probing or told its depth keeps it. Kept
-        unless the batch gains more than the hysteresis."""
-        batch = [state, *self._others(state)]
-        k_max = len(self.costs.prior) - 1
-        tokens = [expected_tokens_by_depth(s.acceptance[s.phase].estimate(), k_max) for s in batch]
-        held = [self.batch_depth[s.depth] for s in batch]
-        options = [self.choices] + [
-            self.choices if other.override is None and not (other.exploring or other.probing) else [depth]
-            for other, depth in zip(batch[1:], held[1:])]
-        depths, rate = best_jointly(tokens, options, self.costs)
-        if not force and rate <= batch_rate(tokens, held, self.costs) * (1 + self.hysteresis):
-            return state.depth
-        for other, now, depth in zip(batch[1:], held[1:], depths[1:]):
-            if depth != now:
-                self.set_depth(other, depth)
-        return depths[0]
 
     def _others(self, state: RequestState) -> Iterator[RequestState]:
         """The others of its batch: those that ran in the last step, and those that arrived since."""

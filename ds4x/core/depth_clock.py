@@ -8,7 +8,7 @@ step at whose end it next decides."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from .depth_request import RequestState
 from .depth_tally import RETIRED
@@ -42,15 +42,15 @@ class DecisionClock:
         state.hold = min(2 * state.hold, MAX_HOLD_TIMES * self.hold) if kept and state.hold else self.hold
         return state.hold
 
-    def probe_wait(self, costs: Sequence[float], accepted: float) -> int:
+    def probe_wait(self, costs: list[float], accepted: float) -> int:
         """At depth 0, steps to the next decision, where it probes (one step verifying
         one draft) unless it learned something meanwhile (another request's probe or
         deeper choice made the batch verify drafts): every probe_interval steps, or
         rarer so that probes lose at most PROBE_LOSS of the batch's time, but no later
         than a steady choice's longest hold. A probe loses what its step costs over a
-        depth-0 step, less the draft it expects accepted (`costs`: a depth-0 step's cost and
-        the probe's; `accepted`: its estimate at the first position, as a share of what a
-        depth-0 step makes), so probes come sooner as acceptance rises."""
+        depth-0 step, less the draft it expects accepted (`costs`: step cost by tokens
+        verified; `accepted`: the estimate at the first position), so probes come
+        sooner as acceptance rises."""
         loss = costs[1] / costs[0] - 1 - accepted
         return min(max(self.probe_interval, math.ceil(round(loss / PROBE_LOSS, 6))), MAX_HOLD_TIMES * self.hold)
 

@@ -8,9 +8,8 @@ size), and the expected tokens per second of each depth."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import pairwise
 
 from .depth_tally import positions_seen
 from .phase_tracker import PHASES
@@ -60,64 +59,17 @@ class Beside:
         return max(self.longest, 1 + depth), self.verified + 1 + depth
 
 
-def best_jointly(tokens: Sequence[Sequence[float]], options: Sequence[Sequence[int]],
-                 costs: StepCosts) -> tuple[list[int], float]:
-    """Verify "request": a depth for each request of a batch, from its options (ascending), that
-    gives the batch the most expected tokens a second (`tokens[i]`: request i's expected tokens by
-    depth, expected_tokens_by_depth), and that rate. Chosen one request at a time, the others
-    held, a batch can stick: at 1 + 1 neither the reasoning request going to 0 nor the answering
-    one going to 2 pays alone, since the longest request sets the step's graphs, though 0 + 2
-    verifies as many tokens and makes more. So under each cap on the deepest request, draft
-    slots go where they add the most expected tokens a slot (a request's additions shrink with
-    depth, so that order is best for every total), each total priced at the step it makes
-    (StepCosts.step_cost); on a tie the fewer tokens. Cost: a step price per slot and cap."""
-    requests, best, chosen = len(tokens), -1.0, (0, 0)
-    for cap in sorted({depth for allowed in options for depth in allowed}):
-        depths, slots = _slots(tokens, options, cap)
-        if depths is None:
-            continue
-        for taken, (longest, total, made) in enumerate(_totals(tokens, depths, slots)):
-            if (rate := made / costs.step_cost((longest, total), requests)) > best:
-                best, chosen = rate, (cap, taken)
-    cap, taken = chosen
-    depths, slots = _slots(tokens, options, cap)
-    assert depths is not None
-    for _, i, _, deeper in slots[:taken]:
-        depths[i] = deeper
-    return depths, best
-
-
-def _slots(tokens: Sequence[Sequence[float]], options: Sequence[Sequence[int]],
-           cap: int) -> tuple[list[int] | None, list[tuple[float, int, int, int]]]:
-    """Each request's shallowest option under `cap` (None: one has none), and every deeper
-    step (minus its gain a slot, request, from, to), best first: the shallower on a tie."""
-    depths, slots = [], []
-    for i, allowed in enumerate(options):
-        under = [depth for depth in allowed if depth <= cap]
-        if not under:
-            return None, []
-        depths.append(under[0])
-        slots += [(-(tokens[i][b] - tokens[i][a]) / (b - a), a, i, b) for a, b in pairwise(under)]
-    slots.sort()
-    return depths, [(gain, i, a, b) for gain, a, i, b in slots]
-
-
-def _totals(tokens: Sequence[Sequence[float]], depths: list[int],
-            slots: Sequence[tuple[float, int, int, int]]) -> Iterator[tuple[int, int, float]]:
-    """(longest, total tokens, expected tokens) of the batch at `depths`, then after each slot."""
-    longest = 1 + max(depths)
-    total = sum(1 + depth for depth in depths)
-    made = sum(expected[depth] for expected, depth in zip(tokens, depths))
-    yield longest, total, made
-    for gain, _, a, b in slots:
-        longest, total, made = max(longest, 1 + b), total + b - a, made - gain * (b - a)
-        yield longest, total, made
-
-
-def batch_rate(tokens: Sequence[Sequence[float]], depths: Sequence[int], costs: StepCosts) -> float:
-    """The batch's expected tokens a second with each request at its depth."""
-    longest, total, made = next(_totals(tokens, list(depths), ()))
-    return made / costs.step_cost((longest, total), len(depths))
+def best_in_batch(acceptance: Sequence[float], costs: StepCosts, candidates: Sequence[int],
+                  beside: Beside) -> tuple[int, list[float]]:
+    """Verify "request": the depth that gives the whole batch the most expected tokens a second,
+    the others' depths held, each priced at the step it makes (StepCosts.step_cost: a step
+    costs the tokens it verifies, which a uniform step's cost overprices by every other
+    request's rows); and the batch's rate at each of its depths."""
+    mine = expected_tokens_by_depth(acceptance, len(costs.prior) - 1)
+    requests = beside.requests + 1
+    rates = [(beside.expected + tokens) / costs.step_cost(beside.shape(depth), requests)
+             for depth, tokens in enumerate(mine)]
+    return _best(rates, candidates), rates
 
 
 def _best(rates: Sequence[float], candidates: Sequence[int]) -> int:

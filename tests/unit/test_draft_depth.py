@@ -444,70 +444,12 @@ def test_arrivals_of_one_step_are_priced_together_and_keep_deciding(verify: str)
     assert policy.depth("a") == 0
 
 
-def test_a_probe_at_depth_0_is_priced_in_the_step_it_joins() -> None:
-    """verify "request": a reasoning request at depth 0 beside an answering one at 2. Two requests'
-    uniform steps would charge its probe a row for each request (1.77 to 2.5: it loses 0.27 of a
-    step, a probe every 27 steps); it adds one row to a step of 4 tokens (1.77 to 2.135), and its
-    accepted draft is a share of the 3.78 tokens that step makes: it loses 0.074, so it probes every
-    probe_interval (8) steps."""
-    policy = by_id({"policy": "adaptive", "verify": "request", "explore_steps": 0, **PROFILE})
-    policy.add("r", [THINK])
-    policy.add("a", [THINK, 5, END_THINK])
-    policy.step({"r", "a"})
-    reasoning = policy.policy.requests["r"]
-    assert (reasoning.depth, policy.depth("a")) == (0, 2)
-    assert clock(policy).probe_wait(TWO_REQUESTS, 0.5) == 27
-    assert policy.policy.strategy._probe_wait(reasoning) == 8
-
-
-# the Qwen2-MoE stand-in's steps of two requests on the H200 (ms, by shape: longest, total tokens)
-STAND_IN_MS = {(1, 2): 27.6, (2, 3): 37.0, (2, 4): 46.1, (3, 4): 46.1, (3, 5): 57.4, (3, 6): 65.1}
-
-
-@pytest.mark.parametrize(("phases", "chosen"), [(("reasoning", "answer"), (0, 2)), (("answer", "answer"), (2, 2))])
-def test_a_batch_stuck_at_one_plus_one_leaves_it(phases: tuple[str, str], chosen: tuple[int, int]) -> None:
-    """verify "request", two requests at 1 + 1 on the stand-in's steps. Alone neither move pays: the
-    reasoning request at 0 (0 + 1) or the answering one at 2 (1 + 2) makes the batch slower, since the
-    deepest request sets the step; together 0 + 2 verifies as many tokens and makes 12% more, and two
-    answering requests make 2.6% more at 2 + 2. The batch's depths are chosen together and leave 1 + 1."""
-    profile = {"step_cost": {"1": [1.0, 2.19, 2.95], "2": [1.0, 1.67, 2.40]},
-               "prior_acceptance": {"reasoning": 0.515, "answer": 0.925}}
-    policy = by_id({"policy": "adaptive", "verify": "request", "explore_steps": 0, **profile})
-    keep = {"reasoning": 0.43, "answer": 0.93}
-    names = ["r", "a"]
-    for name, phase in zip(names, phases):
-        policy.add(name, [THINK] if phase == "reasoning" else [THINK, 5, END_THINK])
-    policy.step(set(names))
-    for shape, ms in STAND_IN_MS.items():  # timed, as the engine's earlier batches timed them
-        for _ in range(3):
-            policy.policy.costs.observe_step([shape[0], shape[1] - shape[0]], ms / 1000)
-    for name in names:
-        policy.policy.set_depth(policy.policy.requests[name], 1)
-    misses = dict.fromkeys(names, 0.0)
-    for _ in range(300):
-        drafts = {name: policy.depth(name) for name in names}
-        tokens = [1 + d for d in drafts.values()]
-        policy.policy.costs.observe_step(tokens, STAND_IN_MS[max(tokens), sum(tokens)] / 1000)
-        for name, phase in zip(names, phases):  # each draft kept at its phase's rate, in expectation
-            accepted = 0
-            while accepted < drafts[name]:
-                misses[name] += 1 - keep[phase]
-                if misses[name] >= 1:
-                    misses[name] -= 1
-                    break
-                accepted += 1
-            policy.on_verified(name, drafts[name], accepted)
-        policy.step(set(names))
-    assert (policy.depth("r"), policy.depth("a")) == chosen
-
-
 @pytest.mark.parametrize("verify", ["batch", "request"])
 def test_arrivals_while_a_step_runs_are_priced_with_each_other_under_async_scheduling(verify: str) -> None:
     """Async scheduling: two answering requests arrive while x's step runs, and the step that ends
     next is x's alone (theirs is already scheduled). On a profile where three requests make depth 2
     cheap and two do not, the first, priced beside x only (0), is priced again beside x and the
-    second (2): when the step ends, or per request at once, where the second's arrival chooses the
-    batch's depths together."""
+    second (2)."""
     profile = {"step_cost": {"1": [1.0, 2.3, 3.1], "2": [1.0, 1.77, 2.5], "3": [1.0, 1.2, 1.4]},
                "prior_acceptance": {"reasoning": 0.5, "answer": 0.6}}
     policy = by_id({"policy": "adaptive", "verify": verify, "explore_steps": 0, **profile}, lag=2)
@@ -515,7 +457,7 @@ def test_arrivals_while_a_step_runs_are_priced_with_each_other_under_async_sched
     policy.step({"x"})
     for name in ("a", "b"):
         policy.add(name, [THINK, 5, END_THINK])
-    assert (policy.depth("a"), policy.depth("b")) == (2 if verify == "request" else 0, 2)
+    assert (policy.depth("a"), policy.depth("b")) == (0, 2)
     policy.step({"x"})
     assert policy.depth("a") == 2
 
