@@ -194,7 +194,8 @@ def test_the_committed_deepseek_v4_run_fails_closed_on_its_acceptance(capsys: py
                                  "h200-dsv4-e2e-10-layers", "h200-dsv4-e2e-mixed-per-request",
                                  "h200-dsv4-e2e-resident", "h200-dsv4-e2e-rest", "h200-dsv4-e2e-rest-x2",
                                  "h200-dsv4-e2e-priors", "h200-dsv4-e2e-priors-x2", "h200-e2e-mixed-per-request",
-                                 "h200-e2e-mixed-per-request-again", "h200-e2e-mixed-per-request-crn"])
+                                 "h200-e2e-mixed-per-request-again", "h200-e2e-mixed-per-request-crn",
+                                 "h200-e2e-mixed-in-batch", "h200-dsv4-e2e-mixed-in-batch"])
 def test_a_committed_report_reprints_byte_for_byte_from_its_run(run: str, capsys: pytest.CaptureFixture[str]) -> None:
     """bench/results/*/report.txt is what the machine printed (ci/fork-gpu/e2e, speculative engine
     alone, the default seeds); the report read again from the committed files gives the same bytes."""
@@ -395,3 +396,20 @@ def test_common_draws_give_the_policies_of_a_round_the_same_acceptance() -> None
     same_work = ("fixed 2", "phase 1/2", "phase 0/2", "phase 0/2 per request")
     assert all(len(v) == 1 for v in windows("h200-e2e-mixed-per-request-crn", same_work).values())
     assert any(len(v) > 1 for v in windows("h200-e2e-mixed-per-request", same_work).values())
+
+
+def test_adaptive_priced_in_its_batch_still_verified_shallow_answers_on_the_gpu() -> None:
+    """bench/results/*-mixed-in-batch (adaptive priced in its batch, probes priced in its step): per
+    request it ran answering requests below depth 2, which phase 0/2's twin never does. The stand-in's
+    mixed cells verified 0 + 2 in none of their steps (0 + 1 and 1 + 1), its two answering requests 1 + 1
+    in every step after the first round; on DeepSeek-V4 one of two answering requests sat at 1 (1 + 2)
+    in every step of both rounds."""
+    def steps(run: str, phase: str) -> list[dict[str, int]]:
+        cells = json.loads((Path(e2e_decode.__file__).parent / "results" / run / "e2e-spec.json").read_text())["cells"]
+        return [c["steps_by_request_depths"] for c in sorted(cells, key=lambda c: c["round"])
+                if c["policy"] == "adaptive per request" and c["phase"] == phase]
+
+    stand_in = steps("h200-e2e-mixed-in-batch", "mixed")
+    assert len(stand_in) == 3 and not any("0+2" in cell for cell in stand_in)
+    assert [set(cell) for cell in steps("h200-e2e-mixed-in-batch", "answer")[1:]] == [{"1+1"}, {"1+1"}]
+    assert [set(cell) for cell in steps("h200-dsv4-e2e-mixed-in-batch", "answer")] == [{"1+2"}, {"1+2"}]
