@@ -238,17 +238,18 @@ class Policies:
 
 def trace_depths(policy) -> list:
     """Every depth adaptive sets, as it sets it: time, request, phase, depth, probing, exploring, its
-    acceptance estimate, and the step costs' medians at two requests (ms by shape "longest,total"):
-    what the run's steps by depth do not say, why it chose them."""
+    acceptance estimate, and the step costs' medians by batch size (ms by shape "longest,total"):
+    what the run's steps by depth do not say, why it chose them. A cell's window_clock and
+    request_ids place its entries."""
     made, set_depth = [], policy.strategy.set_depth
 
     def traced(state, depth: int) -> None:
         set_depth(state, depth)
         estimate = state.acceptance[state.phase].estimate() if state.acceptance else []
-        medians = policy.costs.medians.get(2, {})
         made.append([round(time.perf_counter(), 4), state.request_id, state.phase, depth, state.probing,
                      state.exploring, [round(p, 3) for p in estimate],
-                     {f"{a},{b}": round(1000 * m, 2) for (a, b), m in sorted(medians.items())}])
+                     {str(n): {f"{a},{b}": round(1000 * m, 2) for (a, b), m in sorted(timed.items())}
+                      for n, timed in sorted(policy.costs.medians.items())}])
     policy.strategy.set_depth = traced
     return made
 
@@ -265,9 +266,11 @@ def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count, tokens:
     engine = llm.llm_engine
     params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
     slot = {}  # the request's place in the cell, by the id it was given and the one vLLM gave it
+    given = []  # the ids vLLM gave, in the cell's order
     for i, prompt in enumerate(prompt_ids):
         name = f"r{next(ids)}"
-        slot[name] = slot[engine.add_request(name, {"prompt_token_ids": prompt}, params)] = i
+        given.append(engine.add_request(name, {"prompt_token_ids": prompt}, params))
+        slot[name] = slot[given[-1]] = i
     latest: dict = {}
     marks = []  # after each engine step: time, each request's tokens so far, every request has one, one finished
     while engine.has_unfinished_requests():
@@ -285,7 +288,10 @@ def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count, tokens:
             "window_tokens_by_request": window, "window_s": round(t1 - t0, 4),
             "tokens": [list(latest[i].outputs[0].token_ids) for i in range(len(prompt_ids))],
             "steps": {d: {"n": len(v), "median_ms": 1000 * statistics.median(v)} for d, v in sorted(steps.items())},
-            "steps_by_request_depths": own}
+            "steps_by_request_depths": own,
+            # to join E2E_DECISIONS' log (perf_counter times, the engine's request ids) to the cell
+            "window_clock": [round(t0, 4), round(t1, 4)],
+            "request_ids": given}
 
 
 def main() -> dict:

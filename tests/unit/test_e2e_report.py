@@ -398,18 +398,21 @@ def test_common_draws_give_the_policies_of_a_round_the_same_acceptance() -> None
     assert any(len(v) > 1 for v in windows("h200-e2e-mixed-per-request", same_work).values())
 
 
-def test_adaptive_priced_in_its_batch_still_verified_shallow_answers_on_the_gpu() -> None:
-    """bench/results/*-mixed-in-batch (adaptive priced in its batch, probes priced in its step): per
-    request it ran answering requests below depth 2, which phase 0/2's twin never does. The stand-in's
-    mixed cells verified 0 + 2 in none of their steps (0 + 1 and 1 + 1), its two answering requests 1 + 1
-    in every step after the first round; on DeepSeek-V4 one of two answering requests sat at 1 (1 + 2)
-    in every step of both rounds."""
-    def steps(run: str, phase: str) -> list[dict[str, int]]:
+def test_adaptive_priced_in_its_batch_still_verified_depth_1_on_the_gpu() -> None:
+    """bench/results/*-mixed-in-batch (adaptive priced in its batch, probes priced in their step): per
+    request it ran a request at depth 1 where phase 0/2's twin verifies 0 + 2. The stand-in's mixed
+    cells verified 0 + 1 and 1 + 1 only, its two answering requests 1 + 1 in every step after the
+    first round; on DeepSeek-V4 the first mixed cell ran 1 + 2, the second 0 + 2 in 24 of 26 steps,
+    and one of two answering requests sat at 1 (1 + 2) in every step of both rounds."""
+    def steps(run: str, phase: str, policy: str = "adaptive per request") -> list[dict[str, int]]:
         cells = json.loads((Path(e2e_decode.__file__).parent / "results" / run / "e2e-spec.json").read_text())["cells"]
         return [c["steps_by_request_depths"] for c in sorted(cells, key=lambda c: c["round"])
-                if c["policy"] == "adaptive per request" and c["phase"] == phase]
+                if c["policy"] == policy and c["phase"] == phase]
 
-    stand_in = steps("h200-e2e-mixed-in-batch", "mixed")
-    assert len(stand_in) == 3 and not any("0+2" in cell for cell in stand_in)
-    assert [set(cell) for cell in steps("h200-e2e-mixed-in-batch", "answer")[1:]] == [{"1+1"}, {"1+1"}]
-    assert [set(cell) for cell in steps("h200-dsv4-e2e-mixed-in-batch", "answer")] == [{"1+2"}, {"1+2"}]
+    stand_in, dsv4 = "h200-e2e-mixed-in-batch", "h200-dsv4-e2e-mixed-in-batch"
+    assert [set(cell) for cell in steps(stand_in, "mixed", "phase 0/2 per request")] == [{"0+2"}] * 3
+    assert len(steps(stand_in, "mixed")) == 3 and all(set(cell) <= {"0+1", "1+1"} for cell in steps(stand_in, "mixed"))
+    assert [set(cell) for cell in steps(stand_in, "answer")[1:]] == [{"1+1"}, {"1+1"}]
+    assert [set(cell) for cell in steps(dsv4, "mixed", "phase 0/2 per request")] == [{"0+2"}] * 2
+    assert steps(dsv4, "mixed") == [{"1+2": 26}, {"0+2": 24, "1+2": 2}]
+    assert [set(cell) for cell in steps(dsv4, "answer")] == [{"1+2"}, {"1+2"}]

@@ -12,6 +12,7 @@ from tests.scripts import load_script
 
 
 def test_every_depth_adaptive_sets_is_logged_with_what_it_chose_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch", reason="ci/fork-gpu/e2e.py imports drafts.py, which needs torch")
     monkeypatch.setattr(sys, "argv", ["e2e.py", "spec", "/nonexistent/out", "/nonexistent/models"])
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "ci" / "fork-gpu"))
     e2e = load_script("ci/fork-gpu/e2e.py")
@@ -28,4 +29,4 @@ def test_every_depth_adaptive_sets_is_logged_with_what_it_chose_on(monkeypatch: 
     _, request, phase, depth, probing, exploring, estimate, medians = made[-1]
     assert (request, phase, depth) == ("r", "reasoning", policy.requests["r"].depth)
     assert not (probing or exploring) and estimate == [0.3, 0.3]
-    assert medians == {"3,4": 40.0}
+    assert medians == {"2": {"3,4": 40.0}}  # by batch size, then shape
