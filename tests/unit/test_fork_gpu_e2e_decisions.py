@@ -1,17 +1,26 @@
 """ci/fork-gpu/e2e.py's decision log (E2E_DECISIONS=1): every depth adaptive sets, as it sets it, with
-the estimate and the step costs it chose on, on the real DepthPolicy."""
+the estimate and the step costs it chose on, on the real DepthPolicy; and bench/e2e_decisions.py,
+which reads it back cell by cell."""
 
+import json
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bench import e2e_decisions
 from ds4x.core import draft_depth as dd
 from ds4x.core.depth_sim import END_THINK, THINK
 from tests.scripts import load_script
 
+RESULTS = Path(e2e_decisions.__file__).parent / "results"
 
-def test_every_depth_adaptive_sets_is_logged_with_what_it_chose_on(monkeypatch: pytest.MonkeyPatch) -> None:
+
+def traced_cell(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any]]:
+    """A reasoning and an answering request under adaptive per request, one step timed at 0 + 2 and
+    ended, through e2e.trace_depths: the policy and what it logged."""
     pytest.importorskip("torch", reason="ci/fork-gpu/e2e.py imports drafts.py, which needs torch")
     monkeypatch.setattr(sys, "argv", ["e2e.py", "spec", "/nonexistent/out", "/nonexistent/models"])
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "ci" / "fork-gpu"))
@@ -25,8 +34,45 @@ def test_every_depth_adaptive_sets_is_logged_with_what_it_chose_on(monkeypatch: 
     for _ in range(3):
         policy.costs.observe_step([1, 3], 0.040)
     policy.strategy.step_ended({"r", "a"})
+    return policy, made
+
+
+def test_every_depth_adaptive_sets_is_logged_with_what_it_chose_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    policy, made = traced_cell(monkeypatch)
     assert [entry[1] for entry in made] == ["r", "a", "r"]  # r again: priced beside a once the step ended
     _, request, phase, depth, probing, exploring, estimate, medians = made[-1]
     assert (request, phase, depth) == ("r", "reasoning", policy.requests["r"].depth)
     assert not (probing or exploring) and estimate == [0.3, 0.3]
     assert medians == {"2": {"3,4": 40.0}}  # by batch size, then shape
+
+
+def test_the_decisions_are_read_back_by_cell(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Each cell gets the depths set for its own requests (not another cell's), by slot and phase."""
+    _, made = traced_cell(monkeypatch)
+    other = [time.perf_counter(), "x", "answer", 1, False, False, [0.9, 0.9], {}]  # another cell's request
+    cell = {"round": 0, "phase": "mixed", "requests": 2, "policy": "adaptive per request", "tok_s": 80.0,
+            "steps_by_request_depths": {"0+2": 25}, "window_clock": [made[0][0], made[-1][0] + 1],
+            "request_ids": ["r", "a"]}
+    (tmp_path / "e2e-spec.json").write_text(json.dumps(
+        {"cells": [cell], "decisions": {"adaptive per request": [*made, other]}}))
+    assert e2e_decisions.main([str(tmp_path), "--phase", "mixed"]) == 0
+    heading, *rows = capsys.readouterr().out.splitlines()
+    assert heading == "round 0 mixed x2 adaptive per request: 80.00 tok/s, steps {'0+2': 25}"
+    assert [row.split()[2:5] for row in rows] == [["#0", "reasoning", "->"], ["#1", "answer", "->"],
+                                                   ["#0", "reasoning", "->"]]
+    assert "costs {'3,4': 40.0}" in rows[-1]
+
+
+def test_a_run_without_decisions_fails_naming_the_switch(capsys: pytest.CaptureFixture[str]) -> None:
+    assert e2e_decisions.main([str(RESULTS / "h200-e2e-mixed-in-batch")]) == 1
+    assert "E2E_DECISIONS=1" in capsys.readouterr().err
+
+
+def test_a_cell_that_cannot_be_placed_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Decisions beside a cell without its window or request ids (an older harness) fail, naming the cell."""
+    cell = {"round": 1, "phase": "answer", "requests": 2, "policy": "adaptive", "tok_s": 80.0,
+            "steps_by_request_depths": {"2+2": 25}}
+    (tmp_path / "e2e-spec.json").write_text(json.dumps({"cells": [cell], "decisions": {"adaptive": []}}))
+    assert e2e_decisions.main([str(tmp_path)]) == 1
+    assert "cell 1 answer adaptive has no window_clock" in capsys.readouterr().err
