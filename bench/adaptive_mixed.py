@@ -16,9 +16,7 @@ report refuses or one without the mixed cells this needs. docs/mixed-batches.md 
 from __future__ import annotations
 
 import argparse
-import random
 import sys
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,10 +48,10 @@ def step_costs(cells: e2e_mixed.Cells) -> depth_mixed.Cost:
 def simulated(name: str, start: Mapping[str, Any] | None, phases: Sequence[str], acceptance: Mapping[str, float],
               cost: depth_mixed.Cost, steps: int, seeds: int) -> tuple[float, str]:
     """A named policy's mean tok/s over `seeds` runs, and the depths it ran most."""
-    runs = [depth_mixed.simulate(any_policy(name, K, start).draft_depth, phases, acceptance, K, cost,
-                                 steps, random.Random(seed)) for seed in range(seeds)]
-    (most, n), = sum((run.steps for run in runs), Counter()).most_common(1)
-    return sum(r.tok_s for r in runs) / seeds, f"{depth_mixed.depths_text(most)} {n / (steps * seeds):.0%}"
+    tok_s, counts = depth_mixed.simulate_seeds(any_policy(name, K, start).draft_depth, phases, acceptance, K, cost,
+                                               steps, seeds)
+    (most, n), = counts.most_common(1)
+    return tok_s, f"{depth_mixed.depths_text(most)} {n / counts.total():.0%}"
 
 
 def lines(resdir: Path, step_counts: Sequence[int], seeds: int,

@@ -77,6 +77,7 @@ TWINS = bool(MIXED) and os.environ.get("E2E_PER_REQUEST", "1") != "0"  # per-req
 ENGINE_POLICY = {**(named_policies(K)["adaptive"].draft_depth or {}), **({"verify": "request"} if TWINS else {})}
 DSV4 = os.environ.get("E2E_MODEL") == "dsv4"  # DeepSeek-V4 + DSpark (dsv4_model.py) instead of e2e_model.py's
 AV = MODE == "av"  # vLLM's adaptive verification in place of draft_depth
+DECISIONS = os.environ.get("E2E_DECISIONS") == "1"  # every depth adaptive sets, into the json (trace_depths)
 AV_POLICY = "adaptive verification"
 
 
@@ -220,7 +221,7 @@ class Policies:
 
     def __init__(self, scheduler) -> None:
         self.scheduler, self.made = scheduler, {}
-        self.decisions: dict[str, list] = {}  # E2E_DECISIONS=1: every depth adaptive set, by policy
+        self.decisions: dict[str, list] = {}  # DECISIONS: every depth adaptive set, by policy
         self.tracker, self.lag = scheduler.ds4x_depth.policy.tracker, scheduler.ds4x_depth.policy.lag
         self.drafter_rests = scheduler.ds4x_depth.drafter_rests  # as the engine's start-up decided (DSpark)
 
@@ -230,7 +231,7 @@ class Policies:
 
         if name not in self.made:
             policy = DepthPolicy(DraftDepthConfig.from_dict(config, K), K, self.tracker, self.lag)
-            if os.environ.get("E2E_DECISIONS") == "1" and name.startswith("adaptive"):
+            if DECISIONS and name.startswith("adaptive"):
                 self.decisions[name] = trace_depths(policy)
             self.made[name] = DraftDepthScheduling(policy, self.drafter_rests)
         self.scheduler.ds4x_depth = self.made[name]
@@ -321,7 +322,7 @@ def main() -> dict:
     policies = chosen_policies() if MODE == "spec" else [(AV_POLICY if AV else "no speculation", None)]
     mixed_policies = policies + (twins(policies) if MODE == "spec" and TWINS else [])
     scheduling = Policies(scheduler) if MODE == "spec" else None
-    if scheduling and os.environ.get("E2E_DECISIONS") == "1":
+    if scheduling and DECISIONS:
         result["decisions"] = scheduling.decisions  # filled as the cells run, written with each
     ids = count()
     warm_up(llm, log, texts, scheduling, ids)

@@ -292,6 +292,13 @@ def simulate(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance
     return Run(tokens=made, seconds=seconds, steps=counts)
 
 
+def simulate_seeds(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance: Mapping[str, float],
+                   k: int, cost: Cost, steps: int, seeds: int) -> tuple[float, Counter[tuple[int, ...]]]:
+    """simulate with seeds 0..seeds-1: the mean tok/s, and all their steps by the depths verified."""
+    runs = [simulate(config, phases, acceptance, k, cost, steps, random.Random(seed)) for seed in range(seeds)]
+    return sum(run.tok_s for run in runs) / seeds, sum((run.steps for run in runs), Counter())
+
+
 SIMULATED_STEPS, SIMULATED_RUNS = 400, 4
 """adaptive_simulated's runs: steps each (its decisions settle within a few holds), and how many"""
 
@@ -305,11 +312,10 @@ def adaptive_simulated(config: Mapping[str, Any] | None, phases: Sequence[str], 
         return seconds[depths[0]] if len(set(depths)) == 1 else per_request(depths)
 
     def runs(verify: str) -> tuple[float, str]:
-        got = [simulate({**(config or {}), "verify": verify}, phases, acceptance, k, cost, SIMULATED_STEPS,
-                        random.Random(seed)) for seed in range(SIMULATED_RUNS)]
-        (most, n), = sum((run.steps for run in got), Counter()).most_common(1)
-        share = n / (SIMULATED_STEPS * SIMULATED_RUNS)
-        return sum(r.tok_s for r in got) / len(got), f"{depths_text(most)} in {share:.0%} of steps"
+        tok_s, steps = simulate_seeds({**(config or {}), "verify": verify}, phases, acceptance, k, cost,
+                                      SIMULATED_STEPS, SIMULATED_RUNS)
+        (most, n), = steps.most_common(1)
+        return tok_s, f"{depths_text(most)} in {n / steps.total():.0%} of steps"
 
     (today, today_most), (own, own_most) = runs("batch"), runs("request")
     return (f"adaptive itself, simulated ({SIMULATED_RUNS} runs of {SIMULATED_STEPS} steps): today {today:.2f} tok/s "

@@ -10,7 +10,6 @@ import json
 import random
 import re
 import sys
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -286,10 +285,8 @@ def simulated(name: str, steps: int, phases: Sequence[str] = ("reasoning", "answ
     """A named policy's mean tok/s over runs of a batch of `phases` (requests in that order), and
     its share of steps by the depths each request verified."""
     config = any_policy(name, K, DSV4_START).draft_depth
-    runs = [mixed.simulate(config, phases, DSV4_ACCEPTANCE, K, dsv4_cost, steps, random.Random(seed))
-            for seed in range(seeds)]
-    counts = sum((run.steps for run in runs), Counter())
-    return sum(r.tok_s for r in runs) / seeds, {d: n / (steps * seeds) for d, n in counts.items()}
+    tok_s, counts = mixed.simulate_seeds(config, phases, DSV4_ACCEPTANCE, K, dsv4_cost, steps, seeds)
+    return tok_s, {d: n / counts.total() for d, n in counts.items()}
 
 
 @pytest.mark.parametrize("phases", [("reasoning", "answer"), ("answer", "reasoning")])
