@@ -1,0 +1,141 @@
+"""Adaptive per request on the end-to-end benchmark's own sequence of cells, simulated: one policy
+object kept across cells as the engine keeps it, each step costing what a committed run measured.
+
+    python -m bench.adaptive_cells bench/results/h200-e2e-mixed-in-batch [--rounds 3] [--seeds 8]
+        [--policy "adaptive per request"] [--steps]
+
+bench/adaptive_mixed.py prices one mixed batch from a fresh policy in steady state. The benchmark is
+unlike that: each round runs a reasoning pair, an answering pair and a mixed pair (e2e.py's
+cell_plan, two requests each) through one policy, so a cell starts from the acceptance seeds and
+live step costs the cells before it left; each request decides first on arrival, at most twice more
+in a cell of about 30 steps; and under async scheduling a depth is verified two steps after it is set.
+Here too: the real DepthPolicy with lag 2, requests arriving together, retired when the first of a
+cell has its tokens (the lone request's steps time only a batch of one, which the benchmark leaves
+out of its window too). Step costs and acceptance as adaptive_mixed.step_costs and the run's
+phase-pure cells give them. Prints, per kind of cell, the mean steady tok/s over rounds and seeds,
+and the depths run most (--steps: each cell's steps, depth by depth). Exit 1, naming why, on a run
+adaptive_mixed cannot price.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import adaptive_mixed, e2e_decode, e2e_mixed
+from ds4x.core import depth_mixed
+from ds4x.core import draft_depth as dd
+from ds4x.core.depth_sim import END_THINK, TEXT, THINK, accepted_prefix, conditional, prompt
+from ds4x.core.named_policies import any_policy
+from ds4x.core.phase_tracker import ANSWER, REASONING
+
+K = e2e_decode.K
+LAG = 2  # async scheduling: a depth set at a step's end is verified two steps later
+TOKENS = 80  # a request's tokens, as the committed runs ran them (E2E_TOKENS)
+CELLS = {"reasoning": (REASONING, REASONING), "answer": (ANSWER, ANSWER), "mixed": depth_mixed.mix(2)}
+"""a round's cells, in e2e.py's order"""
+
+
+@dataclass
+class Cell:
+    """One cell's steady window: tokens, seconds, and the depths each step verified, in order."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+    steps: list[tuple[int, ...]] = field(default_factory=list)
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds
+
+
+class Replay:
+    """One policy, as one engine runs it cell after cell."""
+
+    def __init__(self, name: str, resdir: Path, rng: random.Random) -> None:
+        res = e2e_decode.Results(resdir, baseline=False)
+        e2e_decode.check(res)
+        if not res.ok or res.problems:
+            raise ValueError("; ".join(res.problems) or "results missing")
+        try:
+            self.cost = adaptive_mixed.step_costs(e2e_mixed.mixed_cells([res.spec]))
+        except ValueError as e:
+            raise ValueError(f"no mixed cells of two requests, with their per-request twins ({e})") from e
+        config = dd.parse_draft_depth(any_policy(name, K, e2e_decode.adaptive_start(res.spec)).draft_depth, K)
+        self.policy = dd.DepthPolicy(config, K, dd.PhaseTracker([[THINK]], [[END_THINK]]), LAG)
+        self.rates = {p: conditional(e2e_decode.acceptance(res.cells, p) or 0.0, K) for p in e2e_decode.PHASES}
+        self.rng, self.ids = rng, 0
+
+    def cell(self, phases: Sequence[str]) -> Cell:
+        policy, strategy = self.policy, self.policy.strategy
+        names = [f"r{self.ids + i}" for i in range(len(phases))]
+        self.ids += len(phases)
+        states = [policy.add(name, prompt(phase), None) for name, phase in zip(names, phases)]
+        made, out, ran = [1] * len(phases), Cell(), set(names)  # the prefill's tokens
+        strategy.step_ended(ran)
+        chosen = [[s.depth for s in states]] * LAG  # the depths set at the end of each step, latest last
+        while max(made) < TOKENS:  # to the first request done, as the benchmark's window
+            depths = tuple(policy.batch_depth[d] for d in chosen[-LAG])
+            seconds = self.cost(depths)
+            policy.costs.observe_step([1 + d for d in depths], seconds)
+            sampled = [1 + accepted_prefix(d, self.rates[p], self.rng) for p, d in zip(phases, depths)]
+            made = [m + n for m, n in zip(made, sampled)]
+            out.tokens, out.seconds = out.tokens + sum(sampled), out.seconds + seconds
+            out.steps.append(depths)
+            even = depths[0] if len(set(depths)) == 1 and depths[0] else None
+            strategy.learn(names, {n: [TEXT] * d for n, d in zip(names, depths) if d}, sampled, even)
+            strategy.step_ended(ran)
+            chosen.append([s.depth for s in states])
+        for state in states:
+            policy.retire(state)
+        return out
+
+
+def cells(name: str, resdir: Path, rounds: int, seeds: int) -> dict[str, list[Cell]]:
+    """Each kind of cell of every recorded round (after one unrecorded, as e2e.py warms up), every seed."""
+    out: dict[str, list[Cell]] = {kind: [] for kind in CELLS}
+    for seed in range(seeds):
+        replay = Replay(name, resdir, random.Random(seed))
+        for round_ in range(rounds + 1):
+            for kind, phases in CELLS.items():
+                cell = replay.cell(phases)
+                if round_:
+                    out[kind].append(cell)
+    return out
+
+
+def lines(resdir: Path, name: str, rounds: int, seeds: int, steps: bool = False) -> list[str]:
+    out = [f"{resdir.name}: {name}, {rounds} rounds after 1, {seeds} seeds"]
+    for kind, runs in cells(name, resdir, rounds, seeds).items():
+        counts = Counter("+".join(map(str, sorted(d))) for cell in runs for d in cell.steps)
+        most = ", ".join(f"{d} {n / counts.total():.0%}" for d, n in counts.most_common(3))
+        out.append(f"{kind:9} {statistics.mean(c.tok_s for c in runs):7.2f} tok/s  ({most})")
+        if steps:
+            out += [f"  {' '.join(''.join(map(str, d)) for d in cell.steps)}" for cell in runs]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("resdir", type=Path)
+    parser.add_argument("--policy", default="adaptive per request")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--steps", action="store_true", help="each cell's steps, depth by depth")
+    args = parser.parse_args(argv)
+    try:
+        print("\n".join(lines(args.resdir, args.policy, args.rounds, args.seeds, args.steps)))
+    except (KeyError, ValueError) as e:
+        print(f"FAIL: {args.resdir}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
