@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import adaptive_mixed, e2e_decode, e2e_mixed
+from bench.printed import print_or_fail
 from ds4x.core import depth_mixed
 from ds4x.core import draft_depth as dd
 from ds4x.core.depth_sim import END_THINK, TEXT, THINK, accepted_prefix, conditional, prompt
@@ -129,12 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--steps", action="store_true", help="each cell's steps, depth by depth")
     args = parser.parse_args(argv)
-    try:
-        print("\n".join(lines(args.resdir, args.policy, args.rounds, args.seeds, args.steps)))
-    except (KeyError, ValueError) as e:
-        print(f"FAIL: {args.resdir}: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return print_or_fail(args.resdir, lambda: lines(args.resdir, args.policy, args.rounds, args.seeds, args.steps),
+                         (KeyError, ValueError))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import e2e_decode, e2e_mixed
+from bench.printed import print_or_fail
 from ds4x.core import depth_mixed
 from ds4x.core.depth_estimates import between
 from ds4x.core.named_policies import any_policy
@@ -85,12 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--phases", nargs=N, choices=e2e_decode.PHASES, default=list(depth_mixed.mix(N)))
     args = parser.parse_args(argv)
-    try:
-        print("\n".join(lines(args.resdir, args.steps, args.seeds, args.phases)))
-    except ValueError as e:
-        print(f"FAIL: {args.resdir}: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return print_or_fail(args.resdir, lambda: lines(args.resdir, args.steps, args.seeds, args.phases))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.printed import print_or_fail
+
 Entry = Sequence[Any]
 """[time, request id, phase, depth, probing, exploring, estimate, {batch size: {shape: ms}}] (e2e.trace_depths)"""
 
@@ -61,12 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", help="one policy's cells (default: every policy with decisions)")
     parser.add_argument("--phase", choices=["reasoning", "answer", "mixed"], help="one phase's cells")
     args = parser.parse_args(argv)
-    try:
-        print("\n".join(lines(args.resdir, args.policy, args.phase)))
-    except (OSError, ValueError) as e:
-        print(f"FAIL: {args.resdir}: {e}", file=sys.stderr)
-        return 1
-    return 0
+    return print_or_fail(args.resdir, lambda: lines(args.resdir, args.policy, args.phase), (OSError, ValueError))
 
 
 if __name__ == "__main__":
