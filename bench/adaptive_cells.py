@@ -79,9 +79,10 @@ class Replay:
         self.ids += len(phases)
         states = [policy.add(name, prompt(phase), None) for name, phase in zip(names, phases)]
         made, out, ran = [1] * len(phases), Cell(), set(names)  # the prefill's tokens
+        chosen = [[s.depth for s in states]]  # the depths set on arrival, then at the end of each step
         strategy.step_ended(ran)
-        chosen = [[s.depth for s in states]] * LAG  # the depths set at the end of each step, latest last
-        while max(made) < TOKENS:  # to the first request done, as the benchmark's window
+        chosen.append([s.depth for s in states])
+        while max(made) < TOKENS:  # to the first request done, as the benchmark's window ends
             depths = tuple(policy.batch_depth[d] for d in chosen[-LAG])
             seconds = self.cost(depths)
             policy.costs.observe_step([1 + d for d in depths], seconds)
@@ -99,20 +100,19 @@ class Replay:
 
 
 def cells(name: str, resdir: Path, rounds: int, seeds: int) -> dict[str, list[Cell]]:
-    """Each kind of cell of every recorded round (after one unrecorded, as e2e.py warms up), every seed."""
+    """Each kind of cell of every round, every seed (e2e.py warms up on other policies' objects:
+    the policy's first cell is recorded)."""
     out: dict[str, list[Cell]] = {kind: [] for kind in CELLS}
     for seed in range(seeds):
         replay = Replay(name, resdir, random.Random(seed))
-        for round_ in range(rounds + 1):
+        for _ in range(rounds):
             for kind, phases in CELLS.items():
-                cell = replay.cell(phases)
-                if round_:
-                    out[kind].append(cell)
+                out[kind].append(replay.cell(phases))
     return out
 
 
 def lines(resdir: Path, name: str, rounds: int, seeds: int, steps: bool = False) -> list[str]:
-    out = [f"{resdir.name}: {name}, {rounds} rounds after 1, {seeds} seeds"]
+    out = [f"{resdir.name}: {name}, {rounds} rounds, {seeds} seeds"]
     for kind, runs in cells(name, resdir, rounds, seeds).items():
         counts = Counter("+".join(map(str, sorted(d))) for cell in runs for d in cell.steps)
         most = ", ".join(f"{d} {n / counts.total():.0%}" for d, n in counts.most_common(3))
