@@ -1,20 +1,24 @@
 """Adaptive per request on the end-to-end benchmark's own sequence of cells, simulated: one policy
 object kept across cells as the engine keeps it, each step costing what a committed run measured.
 
-    python -m bench.adaptive_cells bench/results/h200-e2e-mixed-in-batch [--rounds 3] [--seeds 8]
+    python -m bench.adaptive_cells bench/results/h200-e2e-mixed-in-batch [--rounds N] [--seeds 8]
         [--policy "adaptive per request"] [--steps]
 
 bench/adaptive_mixed.py prices one mixed batch from a fresh policy in steady state. The benchmark is
 unlike that: each round runs a reasoning pair, an answering pair and a mixed pair (e2e.py's
-cell_plan, two requests each) through one policy, so a cell starts from the acceptance seeds and
-live step costs the cells before it left; each request decides first on arrival, at most twice more
-in a cell of about 30 steps; and under async scheduling a depth is verified two steps after it is set.
-Here too: the real DepthPolicy with lag 2, requests arriving together, retired when the first of a
-cell has its tokens (the lone request's steps time only a batch of one, which the benchmark leaves
-out of its window too). Step costs and acceptance as adaptive_mixed.step_costs and the run's
-phase-pure cells give them. Prints, per kind of cell, the mean steady tok/s over rounds and seeds,
-and the depths run most (--steps: each cell's steps, depth by depth). Exit 1, naming why, on a run
-adaptive_mixed cannot price.
+cell_plan, the two-request cells) through one policy, so a cell starts from the acceptance seeds and
+live step costs the cells before it left; each request decides first on arrival, then after holds of
+16 steps or more in cells of 25-80 steps; and under async scheduling a depth is verified two steps
+after it is set (the first decode step verifies the depths set on arrival). Here too: the real
+DepthPolicy with lag 2, requests arriving together, each stopping at the run's tokens a request.
+Not modelled: the benchmark's window ends when the first request is done, and so does a cell here,
+both requests retired; on the engine the other runs on alone and still teaches the policy (its
+acceptance, and step costs of a batch of one, which the committed two-request runs never timed).
+Step costs as adaptive_mixed.step_costs gives them (a shape no cell ran, such as 0 + 1, between the
+uniform ones), acceptance as the run's phase-pure cells measured it, rounds and tokens as it ran.
+Prints, per kind of cell, the mean steady tok/s over rounds and seeds, and the depths run most
+(--steps: each cell's depths, step by step). Exit 1, naming why, on a run adaptive_mixed cannot
+price or an unknown policy.
 """
 
 from __future__ import annotations
@@ -38,9 +42,8 @@ from ds4x.core.phase_tracker import ANSWER, REASONING
 
 K = e2e_decode.K
 LAG = 2  # async scheduling: a depth set at a step's end is verified two steps later
-TOKENS = 80  # a request's tokens, as the committed runs ran them (E2E_TOKENS)
 CELLS = {"reasoning": (REASONING, REASONING), "answer": (ANSWER, ANSWER), "mixed": depth_mixed.mix(2)}
-"""a round's cells, in e2e.py's order"""
+"""a round's cells of two requests, in e2e.py's order"""
 
 
 @dataclass
@@ -68,10 +71,16 @@ class Replay:
             self.cost = adaptive_mixed.step_costs(e2e_mixed.mixed_cells([res.spec]))
         except ValueError as e:
             raise ValueError(f"no mixed cells of two requests, with their per-request twins ({e})") from e
-        config = dd.parse_draft_depth(any_policy(name, K, e2e_decode.adaptive_start(res.spec)).draft_depth, K)
+        try:
+            named = any_policy(name, K, e2e_decode.adaptive_start(res.spec))
+        except KeyError:
+            raise ValueError(f"no policy {name!r}: try 'adaptive per request' or 'phase 0/{K} per request'") from None
+        config = dd.parse_draft_depth(named.draft_depth, K)
         self.policy = dd.DepthPolicy(config, K, dd.PhaseTracker([[THINK]], [[END_THINK]]), LAG)
         self.rates = {p: conditional(e2e_decode.acceptance(res.cells, p) or 0.0, K) for p in e2e_decode.PHASES}
         self.rng, self.ids = rng, 0
+        self.tokens: int = res.spec["tokens_per_request"]
+        self.rounds = len({cell["round"] for cell in res.spec["cells"]})
 
     def cell(self, phases: Sequence[str]) -> Cell:
         policy, strategy = self.policy, self.policy.strategy
@@ -82,16 +91,17 @@ class Replay:
         chosen = [[s.depth for s in states]]  # the depths set on arrival, then at the end of each step
         strategy.step_ended(ran)
         chosen.append([s.depth for s in states])
-        while max(made) < TOKENS:  # to the first request done, as the benchmark's window ends
+        while max(made) < self.tokens:  # to the first request done, as the benchmark's window ends
             depths = tuple(policy.batch_depth[d] for d in chosen[-LAG])
             seconds = self.cost(depths)
             policy.costs.observe_step([1 + d for d in depths], seconds)
-            sampled = [1 + accepted_prefix(d, self.rates[p], self.rng) for p, d in zip(phases, depths)]
+            sampled = [min(1 + accepted_prefix(d, self.rates[p], self.rng), self.tokens - m)  # max_tokens
+                       for p, d, m in zip(phases, depths, made)]
             made = [m + n for m, n in zip(made, sampled)]
             out.tokens, out.seconds = out.tokens + sum(sampled), out.seconds + seconds
             out.steps.append(depths)
-            even = depths[0] if len(set(depths)) == 1 and depths[0] else None
-            strategy.learn(names, {n: [TEXT] * d for n, d in zip(names, depths) if d}, sampled, even)
+            drafted = depths[0] if len(set(depths)) == 1 and depths[0] else None
+            strategy.learn(names, {n: [TEXT] * d for n, d in zip(names, depths) if d}, sampled, drafted)
             strategy.step_ended(ran)
             chosen.append([s.depth for s in states])
         for state in states:
@@ -99,21 +109,22 @@ class Replay:
         return out
 
 
-def cells(name: str, resdir: Path, rounds: int, seeds: int) -> dict[str, list[Cell]]:
-    """Each kind of cell of every round, every seed (e2e.py warms up on other policies' objects:
-    the policy's first cell is recorded)."""
+def cells(name: str, resdir: Path, rounds: int | None, seeds: int) -> dict[str, list[Cell]]:
+    """Each kind of cell of every round (None: as many as the run ran), every seed (e2e.py warms up
+    on other policies' objects: the policy's first cell is recorded)."""
     out: dict[str, list[Cell]] = {kind: [] for kind in CELLS}
     for seed in range(seeds):
         replay = Replay(name, resdir, random.Random(seed))
-        for _ in range(rounds):
+        for _ in range(rounds or replay.rounds):
             for kind, phases in CELLS.items():
                 out[kind].append(replay.cell(phases))
     return out
 
 
-def lines(resdir: Path, name: str, rounds: int, seeds: int, steps: bool = False) -> list[str]:
-    out = [f"{resdir.name}: {name}, {rounds} rounds, {seeds} seeds"]
-    for kind, runs in cells(name, resdir, rounds, seeds).items():
+def lines(resdir: Path, name: str, rounds: int | None, seeds: int, steps: bool = False) -> list[str]:
+    replayed = cells(name, resdir, rounds, seeds)
+    out = [f"{resdir.name}: {name}, {len(replayed['mixed']) // seeds} rounds, {seeds} seeds"]
+    for kind, runs in replayed.items():
         counts = Counter("+".join(map(str, sorted(d))) for cell in runs for d in cell.steps)
         most = ", ".join(f"{d} {n / counts.total():.0%}" for d, n in counts.most_common(3))
         out.append(f"{kind:9} {statistics.mean(c.tok_s for c in runs):7.2f} tok/s  ({most})")
@@ -126,12 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("resdir", type=Path)
     parser.add_argument("--policy", default="adaptive per request")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, help="rounds (default: as many as the run ran)")
     parser.add_argument("--seeds", type=int, default=8)
-    parser.add_argument("--steps", action="store_true", help="each cell's steps, depth by depth")
+    parser.add_argument("--steps", action="store_true", help="each cell's depths, step by step")
     args = parser.parse_args(argv)
-    return print_or_fail(args.resdir, lambda: lines(args.resdir, args.policy, args.rounds, args.seeds, args.steps),
-                         (KeyError, ValueError))
+    return print_or_fail(args.resdir, lambda: lines(args.resdir, args.policy, args.rounds, args.seeds, args.steps))
 
 
 if __name__ == "__main__":
