@@ -76,3 +76,23 @@ def test_a_cell_that_cannot_be_placed_fails(tmp_path: Path, capsys: pytest.Captu
     (tmp_path / "e2e-spec.json").write_text(json.dumps({"cells": [cell], "decisions": {"adaptive": []}}))
     assert e2e_decisions.main([str(tmp_path)]) == 1
     assert "cell 1 answer adaptive has no window_clock" in capsys.readouterr().err
+
+
+def test_the_committed_decision_log_holds_what_its_readme_says() -> None:
+    """bench/results/h200-e2e-decisions: lossless (the same greedy tokens under every policy in each
+    round and phase, no eager decode step), the mixed pair at 0 + 2 in 38 of 51 steps, its arrival
+    choices 0 and 2 in both rounds, and the probe that took a young reasoning estimate to 0.617."""
+    run = json.loads((RESULTS / "h200-e2e-decisions" / "e2e-spec.json").read_text())
+    by_cell: dict[tuple[int, str], list[Any]] = {}
+    for cell in run["cells"]:
+        by_cell.setdefault((cell["round"], cell["phase"]), []).append(cell["tokens"])
+    assert len(by_cell) == 6 and all(len(t) == 4 and t.count(t[0]) == 4 for t in by_cell.values())
+    assert not run["decode_steps"]["eager"]
+    mixed = [c for c in run["cells"] if c["phase"] == "mixed" and c["policy"] == "adaptive per request"]
+    steps = [c["steps_by_request_depths"] for c in mixed]
+    assert sum(s.get("0+2", 0) for s in steps) == 38 and sum(sum(s.values()) for s in steps) == 51
+    lines = e2e_decisions.lines(RESULTS / "h200-e2e-decisions", "adaptive per request", "mixed")
+    arrivals = [line.split("->")[1].split()[0] for line in lines if " -2" in line.split("ms")[0]]
+    assert arrivals == ["0", "2", "0", "2"]
+    assert any("reasoning -> 1 " in line and "estimate [0.617" in line for line in lines)
+    assert "FAIL" in (RESULTS / "h200-e2e-decisions" / "report.txt").read_text()  # no fixed cells: fails closed
