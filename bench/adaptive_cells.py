@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import adaptive_mixed, e2e_decode, e2e_mixed
+from bench import adaptive_mixed, e2e_decode
 from bench.printed import print_or_fail
 from ds4x.core import depth_mixed
 from ds4x.core import draft_depth as dd
@@ -62,22 +62,17 @@ class Cell:
 class Replay:
     """One policy, as one engine runs it cell after cell."""
 
-    def __init__(self, name: str, resdir: Path, rng: random.Random) -> None:
-        res = e2e_decode.Results(resdir, baseline=False)
-        e2e_decode.check(res)
-        if not res.ok or res.problems:
-            raise ValueError("; ".join(res.problems) or "results missing")
-        try:
-            self.cost = adaptive_mixed.step_costs(e2e_mixed.mixed_cells([res.spec]))
-        except ValueError as e:
-            raise ValueError(f"no mixed cells of two requests, with their per-request twins ({e})") from e
+    def __init__(self, name: str, run: tuple[e2e_decode.Results, depth_mixed.Cost, dict[str, float]],
+                 rng: random.Random) -> None:
+        """run: adaptive_mixed.priced's."""
+        res, self.cost, acceptance = run
         try:
             named = any_policy(name, K, e2e_decode.adaptive_start(res.spec))
         except KeyError:
             raise ValueError(f"no policy {name!r}: try 'adaptive per request' or 'phase 0/{K} per request'") from None
         config = dd.parse_draft_depth(named.draft_depth, K)
         self.policy = dd.DepthPolicy(config, K, dd.PhaseTracker([[THINK]], [[END_THINK]]), LAG)
-        self.rates = {p: conditional(e2e_decode.acceptance(res.cells, p) or 0.0, K) for p in e2e_decode.PHASES}
+        self.rates = {p: conditional(a, K) for p, a in acceptance.items()}
         self.rng, self.ids = rng, 0
         self.tokens: int = res.spec["tokens_per_request"]
         self.rounds = len({cell["round"] for cell in res.spec["cells"]})
@@ -113,8 +108,9 @@ def cells(name: str, resdir: Path, rounds: int | None, seeds: int) -> dict[str, 
     """Each kind of cell of every round (None: as many as the run ran), every seed (e2e.py warms up
     on other policies' objects: the policy's first cell is recorded)."""
     out: dict[str, list[Cell]] = {kind: [] for kind in CELLS}
+    run = adaptive_mixed.priced(resdir)
     for seed in range(seeds):
-        replay = Replay(name, resdir, random.Random(seed))
+        replay = Replay(name, run, random.Random(seed))
         for _ in range(rounds or replay.rounds):
             for kind, phases in CELLS.items():
                 out[kind].append(replay.cell(phases))

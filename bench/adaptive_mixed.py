@@ -55,17 +55,23 @@ def simulated(name: str, start: Mapping[str, Any] | None, phases: Sequence[str],
     return tok_s, f"{depth_mixed.depths_text(most)} {n / counts.total():.0%}"
 
 
-def lines(resdir: Path, step_counts: Sequence[int], seeds: int,
-          phases: Sequence[str] = depth_mixed.mix(N)) -> list[str]:
+def priced(resdir: Path) -> tuple[e2e_decode.Results, depth_mixed.Cost, dict[str, float]]:
+    """A run the report passes: its results, its step costs (step_costs) and its acceptance by phase
+    as its phase-pure cells measured it; a ValueError naming why not."""
     res = e2e_decode.Results(resdir, baseline=False)
     e2e_decode.check(res)
     if not res.ok or res.problems:
         raise ValueError("; ".join(res.problems) or "results missing")
-    acceptance = {p: e2e_decode.acceptance(res.cells, p) or 0.0 for p in e2e_decode.PHASES}
     try:
         cost = step_costs(e2e_mixed.mixed_cells([res.spec]))
     except ValueError as e:  # statistics.median of no cell
         raise ValueError(f"no mixed cells of two requests, with their per-request twins, to price steps from ({e})") from e
+    return res, cost, {p: e2e_decode.acceptance(res.cells, p) or 0.0 for p in e2e_decode.PHASES}
+
+
+def lines(resdir: Path, step_counts: Sequence[int], seeds: int,
+          phases: Sequence[str] = depth_mixed.mix(N)) -> list[str]:
+    res, cost, acceptance = priced(resdir)
     start = e2e_decode.adaptive_start(res.spec)
     out = [f"{resdir.name}: {' + '.join(phases)}, {seeds} seeds; acceptance "
            + ", ".join(f"{p} {a:.3f}" for p, a in acceptance.items())]

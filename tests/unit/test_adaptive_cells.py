@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import adaptive_cells
+from bench.adaptive_mixed import priced
 from ds4x.core.depth_adaptive import Adaptive
 from ds4x.core.phase_tracker import ANSWER
 
@@ -27,23 +28,23 @@ def test_a_phase_policy_verifies_its_phase_depths_in_every_cell() -> None:
 def test_the_first_decode_step_verifies_the_depths_set_on_arrival() -> None:
     """Lag 2: the first answering request, priced alone on arrival, chose 0; the prefill's end moved it
     to 2 beside the second, but the step scheduled before that end verifies 0 + 2, the next 2 + 2."""
-    replay = adaptive_cells.Replay("adaptive per request", QWEN, random.Random(0))
+    replay = adaptive_cells.Replay("adaptive per request", priced(QWEN), random.Random(0))
     steps = replay.cell(adaptive_cells.CELLS["answer"]).steps
     assert steps[:2] == [(0, 2), (2, 2)]
 
 
 def test_a_cell_ends_when_its_first_request_has_the_runs_tokens() -> None:
     """Each request stops at the run's tokens (max_tokens): a cell of one request's worth at depth 0."""
-    replay = adaptive_cells.Replay("phase 0/2 per request", QWEN, random.Random(0))
+    replay = adaptive_cells.Replay("phase 0/2 per request", priced(QWEN), random.Random(0))
     cell = replay.cell(adaptive_cells.CELLS["reasoning"])  # depth 0: one token a step each
     assert replay.tokens == 80 and len(cell.steps) == 79 and cell.tokens == 2 * 79  # after the prefill's token
-    assert replay.rounds == 3 and adaptive_cells.Replay("adaptive per request", DSV4, random.Random(0)).rounds == 2
+    assert replay.rounds == 3 and adaptive_cells.Replay("adaptive per request", priced(DSV4), random.Random(0)).rounds == 2
 
 
 def test_adaptive_carries_what_earlier_cells_taught_it() -> None:
     """One policy across cells: its acceptance seeds move as requests retire, and the step costs the
     first cell timed price the next one's decisions."""
-    replay = adaptive_cells.Replay("adaptive per request", QWEN, random.Random(0))
+    replay = adaptive_cells.Replay("adaptive per request", priced(QWEN), random.Random(0))
     strategy = replay.policy.strategy
     assert isinstance(strategy, Adaptive) and not replay.policy.costs.medians
     seeds = strategy.seeds.by_phase[ANSWER].rates[:]
@@ -55,7 +56,7 @@ def test_adaptive_carries_what_earlier_cells_taught_it() -> None:
 
 def test_adaptive_runs_the_mixed_pair_at_0_plus_2_on_the_runs_costs() -> None:
     """On the run's costs adaptive per request verifies 0 + 2 in most mixed steps, within 3% of phase 0/2
-    per request; the H200 ran it at 0 + 1 (docs/mixed-batches.md)."""
+    per request; the c3ed7e4 run on the H200 ran it at 0 + 1 (docs/mixed-batches.md)."""
     own = adaptive_cells.cells("adaptive per request", QWEN, None, 4)["mixed"]
     phase = adaptive_cells.cells("phase 0/2 per request", QWEN, None, 4)["mixed"]
     steps = [tuple(sorted(d)) for cell in own for d in cell.steps]
