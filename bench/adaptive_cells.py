@@ -36,7 +36,7 @@ from bench import adaptive_mixed, e2e_decode
 from bench.printed import print_or_fail
 from ds4x.core import depth_mixed
 from ds4x.core import draft_depth as dd
-from ds4x.core.depth_sim import END_THINK, TEXT, THINK, accepted_prefix, conditional, prompt
+from ds4x.core.depth_sim import END_THINK, THINK, conditional, prompt
 from ds4x.core.named_policies import any_policy
 from ds4x.core.phase_tracker import ANSWER, REASONING
 
@@ -88,15 +88,11 @@ class Replay:
         chosen.append([s.depth for s in states])
         while max(made) < self.tokens:  # to the first request done, as the benchmark's window ends
             depths = tuple(policy.batch_depth[d] for d in chosen[-LAG])
-            seconds = self.cost(depths)
-            policy.costs.observe_step([1 + d for d in depths], seconds)
-            sampled = [min(1 + accepted_prefix(d, self.rates[p], self.rng), self.tokens - m)  # max_tokens
-                       for p, d, m in zip(phases, depths, made)]
+            sampled, seconds = depth_mixed.verify_step(policy, names, [self.rates[p] for p in phases], depths,
+                                                       self.cost, self.rng, [self.tokens - m for m in made])
             made = [m + n for m, n in zip(made, sampled)]
             out.tokens, out.seconds = out.tokens + sum(sampled), out.seconds + seconds
             out.steps.append(depths)
-            drafted = depths[0] if len(set(depths)) == 1 and depths[0] else None
-            strategy.learn(names, {n: [TEXT] * d for n, d in zip(names, depths) if d}, sampled, drafted)
             strategy.step_ended(ran)
             chosen.append([s.depth for s in states])
         for state in states:

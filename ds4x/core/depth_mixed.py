@@ -278,18 +278,30 @@ def simulate(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance
     for _ in range(steps):
         own = [policy.batch_depth[state.depth] for state in states]
         depths = tuple(own) if per_request else (max(own),) * len(own)
-        step_s = cost(depths)
-        policy.costs.observe_step([1 + d for d in depths], step_s)
-        sampled = [1 + accepted_prefix(depth, rates[phase], rng) for phase, depth in zip(phases, depths)]
+        sampled, step_s = verify_step(policy, names, [rates[p] for p in phases], depths, cost, rng)
         for phase, n in zip(phases, sampled):
             made[phase] += n
-        spec = {name: [TEXT] * d for name, d in zip(names, depths) if d}
-        even = depths[0] if len(set(depths)) == 1 and depths[0] else None
-        policy.strategy.learn(names, spec, sampled, even)
         seconds += step_s
         counts[depths] += 1
         policy.strategy.step_ended(None)
     return Run(tokens=made, seconds=seconds, steps=counts)
+
+
+def verify_step(policy: dd.DepthPolicy, names: Sequence[str], rates: Sequence[float],
+                depths: tuple[int, ...], cost: Cost, rng: random.Random,
+                room: Sequence[int] | None = None) -> tuple[list[int], float]:
+    """One decode step of requests `names` verifying `depths` drafts each, as the scheduler shows it
+    to `policy`: timed by the tokens each verified, each request's accepted prefix drawn at its
+    conditional `rates` (no more tokens than its `room` left under max_tokens), then learned. The
+    tokens each sampled, and the step's seconds."""
+    seconds = cost(depths)
+    policy.costs.observe_step([1 + d for d in depths], seconds)
+    sampled = [1 + accepted_prefix(d, r, rng) for d, r in zip(depths, rates)]
+    if room is not None:
+        sampled = [min(n, left) for n, left in zip(sampled, room)]
+    drafted = depths[0] if len(set(depths)) == 1 and depths[0] else None  # a uniform step drafted for all
+    policy.strategy.learn(names, {n: [TEXT] * d for n, d in zip(names, depths) if d}, sampled, drafted)
+    return sampled, seconds
 
 
 def simulate_seeds(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance: Mapping[str, float],
