@@ -35,8 +35,7 @@ from pathlib import Path
 from bench import adaptive_mixed, e2e_decode
 from bench.printed import print_or_fail
 from ds4x.core import depth_mixed
-from ds4x.core import draft_depth as dd
-from ds4x.core.depth_sim import END_THINK, THINK, conditional, prompt
+from ds4x.core.depth_sim import conditional, depth_policy, prompt
 from ds4x.core.named_policies import any_policy
 from ds4x.core.phase_tracker import ANSWER, REASONING
 
@@ -70,8 +69,7 @@ class Replay:
             named = any_policy(name, K, e2e_decode.adaptive_start(res.spec))
         except KeyError:
             raise ValueError(f"no policy {name!r}: try 'adaptive per request' or 'phase 0/{K} per request'") from None
-        config = dd.parse_draft_depth(named.draft_depth, K)
-        self.policy = dd.DepthPolicy(config, K, dd.PhaseTracker([[THINK]], [[END_THINK]]), LAG)
+        self.policy = depth_policy(named.draft_depth, K, LAG)
         self.rates = {p: conditional(a, K) for p, a in acceptance.items()}
         self.rng, self.ids = rng, 0
         self.tokens: int = res.spec["tokens_per_request"]

@@ -39,7 +39,7 @@ from typing import Any
 from . import draft_depth as dd
 from .depth_config import parse_draft_depth
 from .depth_estimates import best_depth, expected_tokens_by_depth
-from .depth_sim import END_THINK, TEXT, THINK, Overlap, accepted_prefix, conditional, per_depth, prompt, step_seconds
+from .depth_sim import TEXT, Overlap, accepted_prefix, conditional, depth_policy, per_depth, prompt, step_seconds
 from .draft_depth import batch_depth_table
 from .phase_tracker import ANSWER, PHASES, REASONING
 
@@ -268,7 +268,7 @@ def simulate(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance
     acceptance at depth k; a step costs `cost` of the depths verified, and the policy's step
     costs time every step by the tokens each request verified (the scheduler, StepTimer, skips
     a step that admitted a request)."""
-    policy = dd.DepthPolicy(dd.parse_draft_depth(config, k), k, dd.PhaseTracker([[THINK]], [[END_THINK]]))
+    policy = depth_policy(config, k)
     per_request = policy.config.verify == "request"
     names = [f"req{i}" for i in range(len(phases))]
     states = [policy.add(name, prompt(phase), None) for name, phase in zip(names, phases)]

@@ -61,6 +61,11 @@ def accepted_prefix(depth: int, p: float, rng: random.Random) -> int:
     return accepted
 
 
+def depth_policy(config: Mapping[str, Any] | None, k: int, lag: int = 1) -> dd.DepthPolicy:
+    """The real DepthPolicy for `config`, reading a simulated request's phase from THINK / END_THINK."""
+    return dd.DepthPolicy(dd.parse_draft_depth(config, k), k, dd.PhaseTracker([[THINK]], [[END_THINK]]), lag)
+
+
 def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], acceptance: dict[str, float],
              tokens: dict[str, int], rng: random.Random, requests: int = 1,
              phases: Sequence[str] = PHASES) -> dict[str, float]:
@@ -69,8 +74,7 @@ def simulate(policy_config: dict[str, Any] | None, costs: Sequence[float], accep
     that batch verifying 1 + d tokens a request (d = 0..K). A phase ends when its
     requests made tokens[phase] each."""
     k = len(costs) - 1
-    policy = dd.DepthPolicy(dd.parse_draft_depth(policy_config, k), k,
-                            dd.PhaseTracker([[THINK]], [[END_THINK]]))
+    policy = depth_policy(policy_config, k)
     names = [f"req{i}" for i in range(requests)]
     states = [policy.add(name, prompt(phases[0]), None) for name in names]
     done = {phase: [0, 0.0] for phase in phases}
