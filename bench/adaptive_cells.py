@@ -14,8 +14,10 @@ DepthPolicy with lag 2, requests arriving together, each stopping at the run's t
 Not modelled: the benchmark's window ends when the first request is done, and so does a cell here,
 both requests retired; on the engine the other runs on alone and still teaches the policy (its
 acceptance, and step costs of a batch of one, which the committed two-request runs never timed).
-Step costs as adaptive_mixed.step_costs gives them (a shape no cell ran, such as 0 + 1, between the
-uniform ones), acceptance as the run's phase-pure cells measured it, rounds and tokens as it ran.
+A policy without verify "request" (today's) verifies the deepest depth its requests chose, for
+both: the baseline of the per-request twins. Step costs as adaptive_mixed.step_costs gives them (a
+shape no cell ran, such as 0 + 1, between the uniform ones), acceptance as the run's phase-pure
+cells measured it, rounds and tokens as it ran.
 Prints, per kind of cell, the mean steady tok/s over rounds and seeds, and the depths run most
 (--steps: each cell's depths, step by step). Exit 1, naming why, on a run adaptive_mixed cannot
 price or an unknown policy.
@@ -85,7 +87,7 @@ class Replay:
         strategy.step_ended(ran)
         chosen.append([s.depth for s in states])
         while max(made) < self.tokens:  # to the first request done, as the benchmark's window ends
-            depths = tuple(policy.batch_depth[d] for d in chosen[-LAG])
+            depths = depth_mixed.verified_depths(policy, chosen[-LAG])
             sampled, seconds = depth_mixed.verify_step(policy, names, [self.rates[p] for p in phases], depths,
                                                        self.cost, self.rng, [self.tokens - m for m in made])
             made = [m + n for m, n in zip(made, sampled)]

@@ -269,15 +269,13 @@ def simulate(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance
     costs time every step by the tokens each request verified (the scheduler, StepTimer, skips
     a step that admitted a request)."""
     policy = depth_policy(config, k)
-    per_request = policy.config.verify == "request"
     names = [f"req{i}" for i in range(len(phases))]
     states = [policy.add(name, prompt(phase), None) for name, phase in zip(names, phases)]
     rates = {p: conditional(acceptance[p], k) for p in set(phases)}
     made, seconds = dict.fromkeys(PHASES, 0), 0.0
     counts: Counter[tuple[int, ...]] = Counter()
     for _ in range(steps):
-        own = [policy.batch_depth[state.depth] for state in states]
-        depths = tuple(own) if per_request else (max(own),) * len(own)
+        depths = verified_depths(policy, [state.depth for state in states])
         sampled, step_s = verify_step(policy, names, [rates[p] for p in phases], depths, cost, rng)
         for phase, n in zip(phases, sampled):
             made[phase] += n
@@ -285,6 +283,13 @@ def simulate(config: Mapping[str, Any] | None, phases: Sequence[str], acceptance
         counts[depths] += 1
         policy.strategy.step_ended(None)
     return Run(tokens=made, seconds=seconds, steps=counts)
+
+
+def verified_depths(policy: dd.DepthPolicy, chosen: Sequence[int]) -> tuple[int, ...]:
+    """The drafts each request verifies in a step, from the depths its requests chose: each rounded to
+    a graph depth, then each its own (draft_depth verify "request") or all the deepest (today)."""
+    own = [policy.batch_depth[d] for d in chosen]
+    return tuple(own) if policy.config.verify == "request" else (max(own),) * len(own)
 
 
 def verify_step(policy: dd.DepthPolicy, names: Sequence[str], rates: Sequence[float],

@@ -25,6 +25,14 @@ def test_a_phase_policy_verifies_its_phase_depths_in_every_cell() -> None:
         "reasoning": {(0, 0)}, "answer": {(2, 2)}, "mixed": {(0, 2)}}
 
 
+@pytest.mark.parametrize("policy", ["phase 0/2", "adaptive"])
+def test_todays_policies_verify_the_deepest_choice_for_the_whole_batch(policy: str) -> None:
+    """Without verify "request" the mixed pair verifies 2 + 2 (the answer's depth) in every step, as
+    today's fork does: the replay is the baseline the per-request twins are paired with."""
+    mixed = adaptive_cells.cells(policy, DSV4, rounds=1, seeds=2)["mixed"]
+    assert {d for cell in mixed for d in cell.steps} == {(2, 2)}
+
+
 def test_the_first_decode_step_verifies_the_depths_set_on_arrival() -> None:
     """Lag 2: the first answering request, priced alone on arrival, chose 0; the prefill's end moved it
     to 2 beside the second, but the step scheduled before that end verifies 0 + 2, the next 2 + 2."""
