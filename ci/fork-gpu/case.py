@@ -15,7 +15,7 @@ Usage: case.py CASE OUTDIR MODELROOT
   dflash: a Qwen3 target with a random DFlash draft (DSpark's family; v2 only).
   dsv4: DeepSeek-V4 with a DSpark draft (dsv4_model.py), MXFP4 experts on lk_moe except the layers
   of LVLLM_GPU_RESIDENT_MOE_LAYERS (dsv4_setup.sh: DSV4_RESIDENT, default 0,1, on the GPU through
-  the fork's Marlin MoE), the user's settings (DSV4_ENGINE: fp8_ds_mla KV, max-num-seqs 2) and
+  the fork's Marlin MoE), the user's settings (harness.dsv4_engine: fp8_ds_mla KV, max-num-seqs 2) and
   reasoning parser deepseek_v4. The result names each MoE layer's placement (moe_layers).
   moe: the fork only (lk_moe); with DS4X_GPU_TARGET=vllm (upstream) the case fails by name.
 Two requests reason (their prompt opens <think>) for 64 tokens, two answer (</think>
@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from drafts import DraftFilter
-from harness import DSV4_ENGINE, EAGER, ENGINE, GRAPHS, LK_MOE, TARGET, Counters, spec_metrics
+from harness import EAGER, ENGINE, GRAPHS, LK_MOE, TARGET, Counters, dsv4_engine, spec_metrics
 
 from ds4x.core.named_policies import AV_CASE, by_case
 
@@ -61,8 +61,8 @@ def prompts(path: str) -> list:
 def engine_args(path: str) -> dict:
     kw = {**ENGINE, "model": path, "max_model_len": 512, "max_num_seqs": 4, "max_num_batched_tokens": 512,
           "gpu_memory_utilization": 0.05}
-    if KIND == "dsv4":  # the user's settings (DSV4_ENGINE); DeepSeek-V4 picks its own attention
-        kw = {**{k: v for k, v in kw.items() if k != "attention_config"}, **DSV4_ENGINE, "model": path + "/target"}
+    if KIND == "dsv4":  # the user's settings (dsv4_engine); DeepSeek-V4 picks its own attention
+        kw = {**{k: v for k, v in kw.items() if k != "attention_config"}, **dsv4_engine(), "model": path + "/target"}
     if MODE == "eager":
         return {**kw, **EAGER}
     spec = ({"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": 3, "prompt_lookup_min": 1} if V1

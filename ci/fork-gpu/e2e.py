@@ -55,7 +55,7 @@ from pathlib import Path
 
 from drafts import DraftFilter
 from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, VOCAB, install_loader, successor
-from harness import DSV4_ENGINE, ENGINE, GRAPHS, Counters, spec_metrics
+from harness import ENGINE, GRAPHS, Counters, dsv4_engine, spec_metrics
 
 from bench.e2e_mixed import MIXED as MIXED_PHASE  # the phase the report reads mixed cells by
 from ds4x.core.depth_mixed import mix, mixed_batches
@@ -107,8 +107,8 @@ def engine_args() -> dict:
     kw = {**ENGINE, **GRAPHS, "model": str(MODELS / "target"), "load_format": "dummy", "max_model_len": 1024,
           "max_num_seqs": max(REQUESTS), "max_num_batched_tokens": 1024, "gpu_memory_utilization": 0.2,
           "reasoning_parser": "deepseek_r1"}
-    if DSV4:  # the user's model class, drafter and settings (harness.DSV4_ENGINE)
-        kw = {**{k: v for k, v in kw.items() if k != "attention_config"}, **DSV4_ENGINE,
+    if DSV4:  # the user's model class, drafter and settings (harness.dsv4_engine)
+        kw = {**{k: v for k, v in kw.items() if k != "attention_config"}, **dsv4_engine(),
               "max_num_seqs": max(REQUESTS), "reasoning_parser": "deepseek_v4"}
     if MODE in ("spec", "av"):
         kw["speculative_config"] = {"method": "dspark" if DSV4 else "eagle",

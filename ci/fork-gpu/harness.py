@@ -9,6 +9,7 @@ Counters.install() goes before the engine is made. DS4X_GPU_TARGET (setup.sh) na
 tree: lvllmds4-x (default) or vllm, upstream (0.32.0 or 0.34.0), which has no lk_moe to count."""
 
 import os
+import subprocess
 from collections import Counter, defaultdict
 
 TARGET = os.environ.get("DS4X_GPU_TARGET", "lvllmds4-x")
@@ -18,10 +19,24 @@ LK_MOE = TARGET != "vllm"  # RoutedExperts._cpu_decode/_cpu_prefill: the fork's 
 ENGINE = {"dtype": "bfloat16", "seed": 0, "disable_log_stats": False, "enable_prefix_caching": False,
           "attention_config": {"backend": "TRITON_ATTN"},
           "kernel_config": {"ir_op_priority": {"rms_norm": ["native"], "fused_add_rms_norm": ["native"]}}}
-# DeepSeek-V4 + DSpark (dsv4_model.py) with the user's settings: fp8_ds_mla KV (its cache
-# blocks are 256 tokens), two requests at a time; weights made in the process
-DSV4_ENGINE = {"kv_cache_dtype": "fp8_ds_mla", "block_size": 256, "max_num_seqs": 2, "load_format": "dummy",
-               "max_model_len": 1024, "max_num_batched_tokens": 1024, "gpu_memory_utilization": 0.1}
+DSV4_GPU_GIB = 14.0
+"""GPU memory DeepSeek-V4's engine may use, on any card: what 0.1 of the H200 gave the committed runs
+(two resident layers fit), where 0.1 of an H100 does not"""
+
+
+def gpu_fraction(gib: float) -> float:
+    """gpu_memory_utilization that leaves the engine `gib` of GPU 0 (nvidia-smi: no CUDA context made
+    in this process before the engine's)."""
+    out = subprocess.run(["nvidia-smi", "--id=0", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                         check=True, capture_output=True, text=True).stdout
+    return round(gib * 1024 / float(out), 4)  # MiB
+
+
+def dsv4_engine() -> dict:
+    """DeepSeek-V4 + DSpark (dsv4_model.py) with the user's settings: fp8_ds_mla KV (its cache
+    blocks are 256 tokens), two requests at a time, DSV4_GPU_GIB; weights made in the process."""
+    return {"kv_cache_dtype": "fp8_ds_mla", "block_size": 256, "max_num_seqs": 2, "load_format": "dummy",
+            "max_model_len": 1024, "max_num_batched_tokens": 1024, "gpu_memory_utilization": gpu_fraction(DSV4_GPU_GIB)}
 EAGER = {"enforce_eager": True, "compilation_config": {"mode": 0, "custom_ops": ["none"]}}
 GRAPHS = {"enforce_eager": False, "compilation_config": {"mode": 0, "cudagraph_mode": "FULL_DECODE_ONLY",
                                                          "custom_ops": ["none"]}}
