@@ -77,7 +77,7 @@ TWINS = bool(MIXED) and os.environ.get("E2E_PER_REQUEST", "1") != "0"  # per-req
 ENGINE_POLICY = {**(named_policies(K)["adaptive"].draft_depth or {}), **({"verify": "request"} if TWINS else {})}
 DSV4 = os.environ.get("E2E_MODEL") == "dsv4"  # DeepSeek-V4 + DSpark (dsv4_model.py) instead of e2e_model.py's
 AV = MODE == "av"  # vLLM's adaptive verification in place of draft_depth
-DECISIONS = os.environ.get("E2E_DECISIONS") == "1"  # every depth adaptive sets, into the json (trace_depths)
+DECISIONS = os.environ.get("E2E_DECISIONS", "1") != "0"  # every depth adaptive sets, into the json (trace_depths)
 AV_POLICY = "adaptive verification"
 
 
