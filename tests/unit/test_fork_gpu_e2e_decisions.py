@@ -96,3 +96,25 @@ def test_the_committed_decision_log_holds_what_its_readme_says() -> None:
     assert arrivals == ["0", "2", "0", "2"]
     assert any("reasoning -> 1 " in line and "estimate [0.617" in line for line in lines)
     assert "FAIL" in (RESULTS / "h200-e2e-decisions" / "report.txt").read_text()  # no fixed cells: fails closed
+
+
+def test_the_deepseek_v4_decision_log_holds_what_its_readme_says() -> None:
+    """bench/results/h100-dsv4-e2e-decisions: lossless, no eager decode step, the four mixed cells'
+    arrivals 0 (reasoning) and 2 (answer), and round 1's adaptive per request at 1 + 2 throughout
+    after the reasoning request re-decided to 1 when the prefill ended."""
+    name = "h100-dsv4-e2e-decisions"
+    run = json.loads((RESULTS / name / "e2e-spec.json").read_text())
+    by_cell: dict[tuple[int, str], list[Any]] = {}
+    for cell in run["cells"]:
+        by_cell.setdefault((cell["round"], cell["phase"]), []).append(cell["tokens"])
+    assert len(by_cell) == 6 and all(len(t) == 4 and t.count(t[0]) == 4 for t in by_cell.values())
+    assert not run["decode_steps"]["eager"] and run["moe_layers"]["resident"] == [0, 1]
+    mixed = {c["round"]: c["steps_by_request_depths"] for c in run["cells"]
+             if c["phase"] == "mixed" and c["policy"] == "adaptive per request"}
+    assert mixed == {0: {"0+2": 14, "1+2": 1}, 1: {"1+2": 15}}
+    lines = [line for policy in ("adaptive", "adaptive per request")
+             for line in e2e_decisions.lines(RESULTS / name, policy, "mixed")]
+    arrivals = [line.split("->")[1].split()[0] for line in lines if line.split("ms")[0].strip().startswith("-3")]
+    assert arrivals == ["0", "2"] * 4
+    assert any("-10.0 ms  #0 reasoning -> 1 " in line for line in lines)
+    assert "FAIL" in (RESULTS / name / "report.txt").read_text()  # no fixed cells: fails closed
