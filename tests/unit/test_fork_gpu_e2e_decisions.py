@@ -78,16 +78,22 @@ def test_a_cell_that_cannot_be_placed_fails(tmp_path: Path, capsys: pytest.Captu
     assert "cell 1 answer adaptive has no window_clock" in capsys.readouterr().err
 
 
-def test_the_committed_decision_log_holds_what_its_readme_says() -> None:
-    """bench/results/h200-e2e-decisions: lossless (the same greedy tokens under every policy in each
-    round and phase, no eager decode step), the mixed pair at 0 + 2 in 38 of 51 steps, its arrival
-    choices 0 and 2 in both rounds, and the probe that took a young reasoning estimate to 0.617."""
-    run = json.loads((RESULTS / "h200-e2e-decisions" / "e2e-spec.json").read_text())
+def assert_lossless(run: dict[str, Any]) -> None:
+    """Two rounds of three kinds of cell, the same greedy tokens under all four policies of each, and
+    no decode step eager."""
     by_cell: dict[tuple[int, str], list[Any]] = {}
     for cell in run["cells"]:
         by_cell.setdefault((cell["round"], cell["phase"]), []).append(cell["tokens"])
     assert len(by_cell) == 6 and all(len(t) == 4 and t.count(t[0]) == 4 for t in by_cell.values())
     assert not run["decode_steps"]["eager"]
+
+
+def test_the_committed_decision_log_holds_what_its_readme_says() -> None:
+    """bench/results/h200-e2e-decisions: lossless (the same greedy tokens under every policy in each
+    round and phase, no eager decode step), the mixed pair at 0 + 2 in 38 of 51 steps, its arrival
+    choices 0 and 2 in both rounds, and the probe that took a young reasoning estimate to 0.617."""
+    run = json.loads((RESULTS / "h200-e2e-decisions" / "e2e-spec.json").read_text())
+    assert_lossless(run)
     mixed = [c for c in run["cells"] if c["phase"] == "mixed" and c["policy"] == "adaptive per request"]
     steps = [c["steps_by_request_depths"] for c in mixed]
     assert sum(s.get("0+2", 0) for s in steps) == 38 and sum(sum(s.values()) for s in steps) == 51
@@ -104,11 +110,8 @@ def test_the_deepseek_v4_decision_log_holds_what_its_readme_says() -> None:
     after the reasoning request re-decided to 1 when the prefill ended."""
     name = "h100-dsv4-e2e-decisions"
     run = json.loads((RESULTS / name / "e2e-spec.json").read_text())
-    by_cell: dict[tuple[int, str], list[Any]] = {}
-    for cell in run["cells"]:
-        by_cell.setdefault((cell["round"], cell["phase"]), []).append(cell["tokens"])
-    assert len(by_cell) == 6 and all(len(t) == 4 and t.count(t[0]) == 4 for t in by_cell.values())
-    assert not run["decode_steps"]["eager"] and run["moe_layers"]["resident"] == [0, 1]
+    assert_lossless(run)
+    assert run["moe_layers"]["resident"] == [0, 1]
     mixed = {c["round"]: c["steps_by_request_depths"] for c in run["cells"]
              if c["phase"] == "mixed" and c["policy"] == "adaptive per request"}
     assert mixed == {0: {"0+2": 14, "1+2": 1}, 1: {"1+2": 15}}
