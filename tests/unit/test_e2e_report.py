@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from bench import e2e_decode
+from bench import e2e_decode, e2e_mixed
 from ds4x import launch
 from ds4x.core import depth_sim as sim
 
@@ -195,7 +195,7 @@ def test_the_committed_deepseek_v4_run_fails_closed_on_its_acceptance(capsys: py
                                  "h200-dsv4-e2e-resident", "h200-dsv4-e2e-rest", "h200-dsv4-e2e-rest-x2",
                                  "h200-dsv4-e2e-priors", "h200-dsv4-e2e-priors-x2", "h200-e2e-mixed-per-request",
                                  "h200-e2e-mixed-per-request-again", "h200-e2e-mixed-per-request-crn",
-                                 "h200-e2e-mixed-in-batch", "h200-dsv4-e2e-mixed-in-batch"])
+                                 "h200-e2e-mixed-in-batch", "h200-dsv4-e2e-mixed-in-batch", "h100-dsv4-e2e"])
 def test_a_committed_report_reprints_byte_for_byte_from_its_run(run: str, capsys: pytest.CaptureFixture[str]) -> None:
     """bench/results/*/report.txt is what the machine printed (ci/fork-gpu/e2e, speculative engine
     alone, the default seeds); the report read again from the committed files gives the same bytes."""
@@ -416,3 +416,25 @@ def test_adaptive_priced_in_its_batch_still_verified_depth_1_on_the_gpu() -> Non
     assert [set(cell) for cell in steps(dsv4, "mixed", "phase 0/2 per request")] == [{"0+2"}] * 2
     assert steps(dsv4, "mixed") == [{"1+2": 26}, {"0+2": 24, "1+2": 2}]
     assert [set(cell) for cell in steps(dsv4, "answer")] == [{"1+2"}, {"1+2"}]
+
+
+def test_the_h100_deepseek_v4_run_holds_what_its_readme_says(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results/h100-dsv4-e2e: every policy and twin, the report passing (lossless, graphs only) and
+    both mixed targets MISSED; each round's pair ratio falls as today's reasoning request drew more
+    (48 tokens in round 0's 20-step window, 38 in round 1's), and 0 + 2 steps 0.79 of 2 + 2, near 1 + 1."""
+    resdir = Path(e2e_decode.__file__).parent / "results/h100-dsv4-e2e"
+    assert e2e_decode.main([str(resdir), "--spec-only", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert sum(x.startswith("MISSED mixed x2: ") for x in out) == 2
+    run = json.loads((resdir / "e2e-spec.json").read_text())
+    assert run["decode_steps"]["eager"] == {} and sum(run["own_depth_steps"].values()) == 172
+    cells = e2e_mixed.mixed_cells([run])
+    drew = {c["round"]: c["window_tokens_by_request"][0] for c in cells[2, "fixed 2"]}
+    assert drew == {0: 48, 1: 38}
+    for policy in ("phase 0/2", "adaptive"):
+        ratios = {c["round"]: c["tok_s"] / b["tok_s"]
+                  for c, b in e2e_mixed.same_round(cells[2, policy + " per request"], cells[2, policy])}
+        assert ratios[0] < 0.85 < 1.1 < ratios[1]
+    per_request = e2e_mixed.step_ms(cells, 2, "phase 0/2 per request", "2")
+    assert 0.78 < per_request / e2e_mixed.step_ms(cells, 2, "phase 0/2", "2") < 0.8  # its 2 + 2 twin
+    assert 1 < per_request / e2e_mixed.step_ms(cells, 2, "fixed 1", "1") < 1.06  # 4 tokens either way
