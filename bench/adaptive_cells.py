@@ -76,6 +76,7 @@ class Replay:
         self.rng, self.ids = rng, 0
         self.tokens: int = res.spec["tokens_per_request"]
         self.rounds = len({cell["round"] for cell in res.spec["cells"]})
+        self.draws: int = res.spec.get("mixed_draws", 1)  # mixed cells a round (e2e.py's E2E_MIXED_DRAWS)
 
     def cell(self, phases: Sequence[str]) -> Cell:
         policy, strategy = self.policy, self.policy.strategy
@@ -109,13 +110,13 @@ def cells(name: str, resdir: Path, rounds: int | None, seeds: int) -> dict[str, 
         replay = Replay(name, run, random.Random(seed))
         for _ in range(rounds or replay.rounds):
             for kind, phases in CELLS.items():
-                out[kind].append(replay.cell(phases))
+                out[kind] += [replay.cell(phases) for _ in range(replay.draws if kind == "mixed" else 1)]
     return out
 
 
 def lines(resdir: Path, name: str, rounds: int | None, seeds: int, steps: bool = False) -> list[str]:
     replayed = cells(name, resdir, rounds, seeds)
-    out = [f"{resdir.name}: {name}, {len(replayed['mixed']) // seeds} rounds, {seeds} seeds"]
+    out = [f"{resdir.name}: {name}, {len(replayed['reasoning']) // seeds} rounds, {seeds} seeds"]
     for kind, runs in replayed.items():
         counts = Counter("+".join(map(str, sorted(d))) for cell in runs for d in cell.steps)
         most = ", ".join(f"{d} {n / counts.total():.0%}" for d, n in counts.most_common(3))

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import e2e_mixed
 from bench.printed import print_or_fail
 
 Entry = Sequence[Any]
@@ -28,7 +29,7 @@ def cell_lines(cell: dict[str, Any], entries: Sequence[Entry]) -> Iterator[str]:
     """The cell's heading, then each depth set for one of its requests, in order."""
     start, _ = cell["window_clock"]
     slots = {request_id: i for i, request_id in enumerate(cell["request_ids"])}
-    yield (f"round {cell['round']} {cell['phase']} x{cell['requests']} {cell['policy']}: "
+    yield (f"round {cell['round']}{e2e_mixed.draw_label(cell)} {cell['phase']} x{cell['requests']} {cell['policy']}: "
            f"{cell['tok_s'] or 0:.2f} tok/s, steps {cell['steps_by_request_depths']}")
     for at, request_id, phase, depth, probing, exploring, estimate, medians in entries:
         if (slot := slots.get(request_id)) is None:

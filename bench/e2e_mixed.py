@@ -4,7 +4,7 @@ ci/fork-gpu/e2e.py runs them in each round after the phase-pure cells (phase "mi
 the engine's record listing the batch sizes it planned under "mixed"; E2E_MIXED=0: none).
 bench/e2e_decode.py calls this module:
 - `problems`: fails closed on a planned mixed cell that is missing or did not measure
-  (every policy the engine ran and each per-request twin it planned, every round),
+  (every policy the engine ran and each per-request twin it planned, every round and draw),
   greedy tokens that differ between the
   policies of a batch, and a policy that verified another depth than the deepest its
   requests chose (today's batch-uniform depth);
@@ -38,7 +38,7 @@ MIXED = "mixed"
 NO_SPEC = "no speculation"
 Cell = Mapping[str, Any]
 Cells = dict[tuple[int, str], list[dict[str, Any]]]
-"""(requests, policy) -> the batch's mixed cells, one a round"""
+"""(requests, policy) -> the batch's mixed cells, one a round and draw"""
 MIXED_TARGET = 1.15
 """#38: a mixed batch's steady tok/s, each request verifying its own depth, over today's batch depth"""
 
@@ -51,6 +51,17 @@ def mixed_cells(runs: Sequence[Mapping[str, Any]]) -> Cells:
             if cell.get("phase") == MIXED:
                 out[cell["requests"], cell["policy"]].append(cell)
     return out
+
+
+def occasion(cell: Cell) -> tuple[int, int]:
+    """The round and the mixed draw a cell ran in (e2e.py's E2E_MIXED_DRAWS; draw 0 in runs without):
+    the cells of one occasion met the same draws, so they are paired by it."""
+    return cell["round"], cell.get("draw", 0)
+
+
+def draw_label(cell: Cell) -> str:
+    """" draw N" for a cell of a run with E2E_MIXED_DRAWS, else nothing (as cells are headed)."""
+    return f" draw {cell['draw']}" if "draw" in cell else ""
 
 
 def expected_depth(policy: str, k: int) -> str | None:
@@ -71,11 +82,13 @@ def problems(runs: Sequence[Mapping[str, Any]], k: int) -> list[str]:
         rounds = sorted({c["round"] for c in ran})
         # the policies it ran, and the twins it planned (also found in uniform cells: named once)
         policies = list(dict.fromkeys([*(c["policy"] for c in ran), *run.get("mixed_per_request", [])]))
+        draws = run.get("mixed_draws", 1)
         for n in run.get("mixed", []):
             for policy in policies:
-                got = [c for c in cells.get((n, policy), []) if measured(c)]
-                if len(got) != len(rounds):
-                    found.append(f"mixed x{n} {policy}: {len(got)} of {len(rounds)} rounds measured")
+                got = {occasion(c) for c in cells.get((n, policy), []) if measured(c)}
+                if len(got) != len(rounds) * draws:
+                    found.append(f"mixed x{n} {policy}: {len(got)} of {len(rounds) * draws} "
+                                 + ("rounds" if draws == 1 else f"rounds x {draws} draws") + " measured")
     for n in sorted({n for n, _ in cells}):
         variants = {json.dumps(c["tokens"]) for (m, _), cs in cells.items() if m == n for c in cs}
         if len(variants) > 1:
@@ -109,7 +122,7 @@ def spread(values: Sequence[float]) -> str:
 def rate_table(cells: Cells, n: int, policies: Sequence[str], baseline: str) -> tuple[list[str], dict[str, float]]:
     """Lines (tok/s over the batch, against `baseline` in the same round, per phase, the step
     by verified depth), and the median tok/s of each policy."""
-    base = {c["round"]: c["tok_s"] for c in cells[n, baseline]}
+    base = {occasion(c): c["tok_s"] for c in cells[n, baseline]}
     width = max(15, *map(len, policies))
     lines = [f"{'policy':<{width}} {'tok/s median [range]':>24} {'vs ' + baseline:>10} {'reasoning':>10} {'answer':>8}"
              "   step ms by verified depth"]
@@ -117,7 +130,7 @@ def rate_table(cells: Cells, n: int, policies: Sequence[str], baseline: str) -> 
     for policy in policies:
         runs = cells[n, policy]
         medians[policy] = statistics.median(c["tok_s"] for c in runs)
-        ratios = [c["tok_s"] / base[c["round"]] for c in runs if c["round"] in base]
+        ratios = [c["tok_s"] / base[occasion(c)] for c in runs if occasion(c) in base]
         by_phase = [statistics.median(phase_rate(c, p) for c in runs) for p in PHASES]
         depths = sorted({d for c in runs for d in c["steps"]})
         steps = ", ".join(f"{d}: {step_ms(cells, n, policy, d):.1f}" for d in depths)
@@ -262,9 +275,9 @@ def targets(cells: Cells, n: int, k: int, floor: float | None, bounds: Mapping[s
 
 
 def same_round(cells: Sequence[Cell], base: Sequence[Cell]) -> list[tuple[Cell, Cell]]:
-    """A per-request twin's cells, each with its batch-uniform twin's cell of the same round."""
-    by_round = {b["round"]: b for b in base}
-    return [(c, by_round[c["round"]]) for c in cells if c["round"] in by_round]
+    """A per-request twin's cells, each with its batch-uniform twin's cell of the same round (and draw)."""
+    by_occasion = {occasion(b): b for b in base}
+    return [(c, by_occasion[occasion(c)]) for c in cells if occasion(c) in by_occasion]
 
 
 def curve_cost(curve: Mapping[int, float], layers: int, seconds: Sequence[float], n: int,

@@ -32,9 +32,12 @@ the round's phase-pure cells come first), and for each policy whose requests may
 different depths its per-request twin (named_policies.per_request_policies: each request
 verifies its own depth in the batch's graph; E2E_PER_REQUEST=0: not run), which also runs in
 the phase-pure cells of 2 or more requests (there its requests mostly agree: per-request
-verify must cost nothing; E2E_MIXED=0 runs no twin at all). E2E_ROUNDS rounds (default 3), the policy
-order rotated each round. The JSON is rewritten after every cell, so a run cut short
-keeps what it measured.
+verify must cost nothing; E2E_MIXED=0 runs no twin at all). E2E_MIXED_DRAWS (default 1) runs
+the mixed cells that many times a round, each time on other draws (a salt of its own; the first
+the round's), paired by round and draw: a 20-step mixed window holds about 40 of the reasoning
+request's drafts, whose draws set its pair's ratio, so more draws weigh the gain for far less
+than more rounds. E2E_ROUNDS rounds (default 3), the policy order rotated each round (and mixed
+draw). The JSON is rewritten after every cell, so a run cut short keeps what it measured.
 
 Then, unless E2E_PROFILE=0, a short cell per request count (every depth with spec)
 under torch.profiler: OUTDIR/trace-MODE-xN-DEPTH.json.gz, a step's timeline on the GPU
@@ -58,6 +61,7 @@ from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, V
 from harness import ENGINE, GRAPHS, Counters, dsv4_engine, spec_metrics
 
 from bench.e2e_mixed import MIXED as MIXED_PHASE  # the phase the report reads mixed cells by
+from bench.e2e_mixed import draw_label
 from ds4x.core.depth_mixed import mix, mixed_batches
 from ds4x.core.named_policies import PER_REQUEST, named_policies, per_request_policies, profile_start
 
@@ -72,6 +76,10 @@ TAG = os.environ.get("E2E_TAG", "")
 WARMUP = int(os.environ.get("E2E_WARMUP", "1"))  # unrecorded rounds before the first
 NAME = f"{MODE}-{TAG}" if TAG else MODE  # the files' name: e2e-NAME.json, trace-NAME-xN-DEPTH.json.gz
 MIXED = [] if os.environ.get("E2E_MIXED", "1") == "0" else mixed_batches(max(REQUESTS))  # mixed batch sizes
+MIXED_DRAWS = int(os.environ.get("E2E_MIXED_DRAWS", "1"))  # mixed cells a round, each on draws of its own
+if MIXED_DRAWS < 1:
+    raise SystemExit(f"E2E_MIXED_DRAWS={MIXED_DRAWS}: 1 or more (E2E_MIXED=0 runs no mixed cell)")
+DRAW_SALT = 1 << 16  # a mixed draw's salt: the round's plus this per draw, beyond every round's
 TWINS = bool(MIXED) and os.environ.get("E2E_PER_REQUEST", "1") != "0"  # per-request twins: mixed cells, uniform of 2+
 # captures graphs for depths 0..K; per-request verify on: the model runner masks rows only when the engine's asks
 ENGINE_POLICY = {**(named_policies(K)["adaptive"].draft_depth or {}), **({"verify": "request"} if TWINS else {})}
@@ -92,15 +100,22 @@ def prompts(tokenizer) -> dict[str, list[list[int]]]:
             "answer": [answer, [*answer, ANSWER_CYCLE[90]]]}
 
 
-def cell_plan(texts: dict[str, list[list[int]]]) -> list[tuple[str, int, list[list[int]]]]:
-    """A round's cells before the policies: (phase, requests, prompts) per phase and request
-    count, then each mixed batch (phase "mixed"), its requests in depth_mixed.mix's order,
-    each phase's prompts as its phase-pure cells take them."""
-    plan = [(phase, n, texts[phase][:n]) for phase in PHASES for n in REQUESTS]
+def cell_plan(texts: dict[str, list[list[int]]]) -> list[tuple[str, int, list[list[int]], int]]:
+    """A round's cells before the policies: (phase, requests, prompts, draw) per phase and request
+    count (draw 0), then each mixed batch (phase "mixed") MIXED_DRAWS times (draws 0, 1, ...), its
+    requests in depth_mixed.mix's order, each phase's prompts as its phase-pure cells take them."""
+    plan = [(phase, n, texts[phase][:n], 0) for phase in PHASES for n in REQUESTS]
     for n in MIXED:
         phases = mix(n)
-        plan.append((MIXED_PHASE, n, [texts[p][phases[:i].count(p)] for i, p in enumerate(phases)]))
+        batch = [texts[p][phases[:i].count(p)] for i, p in enumerate(phases)]
+        plan += [(MIXED_PHASE, n, batch, draw) for draw in range(MIXED_DRAWS)]
     return plan
+
+
+def salt(round_: int, draw: int) -> int:
+    """The draws' salt of a round's cells (drafts.py): the round's own, the same for every policy,
+    and for each further mixed draw another (warm-up: 0)."""
+    return round_ + 1 + draw * DRAW_SALT
 
 
 def engine_args() -> dict:
@@ -328,10 +343,10 @@ def main() -> dict:
     warm_up(llm, log, texts, scheduling, ids)
     counters.reset()
     for round_ in range(ROUNDS):
-        drafts.salt = round_ + 1  # each round its own draws, the same for every policy (drafts.py; warm-up: 0)
-        for phase, n, prompt_ids in cell_plan(texts):
+        for phase, n, prompt_ids, draw in cell_plan(texts):
+            drafts.salt = salt(round_, draw)
             ran = mixed_policies if phase == MIXED_PHASE or n > 1 else policies
-            shift = round_ % len(ran)
+            shift = (round_ + draw) % len(ran)
             for name, config in ran[shift:] + ran[:shift]:
                 if scheduling:
                     scheduling.use(name, config)
@@ -341,7 +356,7 @@ def main() -> dict:
                 cell.update(round=round_, phase=phase, requests=n, policy=name,
                             draft_tokens=after[0] - before[0], accepted_tokens=after[1] - before[1])
                 if phase == MIXED_PHASE:
-                    cell["mix"] = list(mix(n))
+                    cell.update(mix=list(mix(n)), **({"draw": draw} if MIXED_DRAWS > 1 else {}))
                 result["cells"].append(cell)
                 print_cell(cell)
                 write({**result, **counters.report(managers)})
@@ -352,7 +367,7 @@ def main() -> dict:
 
 
 def print_cell(cell: dict) -> None:
-    print(f"cell {cell['round']} {cell['phase']} x{cell['requests']} {cell['policy']}: {cell['tok_s'] or 0:.2f} tok/s, "
+    print(f"cell {cell['round']}{draw_label(cell)} {cell['phase']} x{cell['requests']} {cell['policy']}: {cell['tok_s'] or 0:.2f} tok/s, "
           f"steps { {d: round(s['median_ms'], 1) for d, s in cell['steps'].items()} }", flush=True)
 
 
@@ -381,7 +396,7 @@ def record(llm, init_s: float, keep: dict[str, float]) -> dict:
             "keep": keep, "acceptance_set": ACCEPTANCE, "lk_threads": os.environ.get("LK_THREADS"),
             "tag": TAG, "overlap": os.environ.get("LVLLM_MOE_OVERLAP") or "off",
             "ubatch_tokens": os.environ.get("LVLLM_MOE_UBATCH_TOKENS") or "1",
-            "warm_up_rounds": WARMUP, "mixed": MIXED,
+            "warm_up_rounds": WARMUP, "mixed": MIXED, "mixed_draws": MIXED_DRAWS,
             "mixed_per_request": run_twins,
             "uniform_per_request": {"requests": [n for n in REQUESTS if n > 1], "policies": run_twins},
             "adaptive_step_cost": (adaptive_start() or {}).get("step_cost"),

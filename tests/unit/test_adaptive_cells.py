@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+import shutil
 import statistics
 from pathlib import Path
 
@@ -95,3 +97,16 @@ def test_the_docs_quote_the_replay_of_the_committed_runs(run: str, name: str) ->
         cells.append(f"{tok_s} ({', '.join(depths[:2])}) / {theirs.split()[1]}")
     row = f"| {name} | " + " | ".join(cells) + " |"
     assert row in (Path(adaptive_cells.__file__).parents[1] / "docs" / "mixed-batches.md").read_text(), row
+
+
+def test_a_run_with_mixed_draws_replays_the_mixed_pair_once_a_draw(tmp_path: Path) -> None:
+    """E2E_MIXED_DRAWS=2 (the run's mixed_draws): each round the engine ran the mixed pair twice after the
+    phase-pure pairs, and so does the replay; the round count stays the run's."""
+    run = json.loads((DSV4 / "e2e-spec.json").read_text())
+    run["mixed_draws"] = 2
+    run["cells"] += [{**c, "draw": 1} for c in run["cells"] if c["phase"] == "mixed"]
+    (tmp_path / "e2e-spec.json").write_text(json.dumps(run))
+    shutil.copy(DSV4 / "measure.json", tmp_path)
+    got = adaptive_cells.cells("phase 0/2 per request", tmp_path, rounds=1, seeds=1)
+    assert {kind: len(cells) for kind, cells in got.items()} == {"reasoning": 1, "answer": 1, "mixed": 2}
+    assert adaptive_cells.lines(tmp_path, "phase 0/2 per request", None, 1)[0].endswith(", 2 rounds, 1 seeds")

@@ -296,3 +296,33 @@ def test_the_curve_bound_is_the_gain_with_the_rest_of_a_step_free() -> None:
         assert 1 < gain < bound
     assert e2e_mixed.curve_bound(2, K, SET, {1: 2.0, 2: 3.6}, LAYERS, "phase 0/2") is None  # no 4 or 6 tokens timed
     assert e2e_mixed.curve_bound(2, K, SET, CPU_MS, LAYERS, "adaptive") is None  # its depths move with the costs
+
+
+def with_draws(runs: tuple[dict[str, Any], dict[str, Any]], draws: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The runs as e2e.py writes them under E2E_MIXED_DRAWS: each round's mixed cells `draws` times,
+    each tagged by its draw; draw d's cells d + 1 times as long (other draws, other windows)."""
+    runs = copy.deepcopy(runs)
+    for run in runs:
+        run["mixed_draws"] = draws
+        mixed = [c for c in run["cells"] if c["phase"] == "mixed"]
+        run["cells"] = [c for c in run["cells"] if c["phase"] != "mixed"]
+        for draw in range(draws):
+            run["cells"] += [{**c, "draw": draw, "tok_s": c["tok_s"] / (draw + 1), "window_s": c["window_s"] * (draw + 1)}
+                             for c in mixed]
+    return runs
+
+
+def test_mixed_draws_pair_by_round_and_draw_and_each_planned_one_must_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Paired by round alone, a twin's cells would meet its batch twin's of other draws (ratios 0.5x to
+    2x here); by round and draw each pair holds the same ratio. A draw that did not run fails the run."""
+    runs = with_draws(runs_with_twins(), 3)
+    done, out = report(tmp_path, runs, capsys)
+    assert done == 0 and "FAIL" not in out
+    ratio = per_request_cell(0)["tok_s"] / mixed_cell("phase 0/2", 0)["tok_s"]
+    gains = row(out, "phase 0/2 per request", "each request verifying its own depth against the batch's")
+    assert gains[8:10] == [f"{ratio:.3f}", f"[{ratio:.3f}-{ratio:.3f}],"]
+    runs[1]["cells"] = [c for c in runs[1]["cells"]
+                        if not (c["policy"] == "adaptive" and c["phase"] == "mixed" and c.get("draw") == 2)]
+    done, out = report(tmp_path, runs, capsys)
+    assert done == 1 and "FAIL: mixed x2 adaptive: 4 of 6 rounds x 3 draws measured" in out.splitlines()

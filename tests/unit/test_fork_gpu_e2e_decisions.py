@@ -1,6 +1,6 @@
 """ci/fork-gpu/e2e.py's decision log (E2E_DECISIONS=1): every depth adaptive sets, as it sets it, with
 the estimate and the step costs it chose on, on the real DepthPolicy; and bench/e2e_decisions.py,
-which reads it back cell by cell."""
+which reads it back cell by cell. Also e2e.py's plan of a round's cells and their draws."""
 
 import json
 import sys
@@ -18,13 +18,35 @@ from tests.scripts import load_script
 RESULTS = Path(e2e_decisions.__file__).parent / "results"
 
 
-def traced_cell(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any]]:
-    """A reasoning and an answering request under adaptive per request, one step timed at 0 + 2 and
-    ended, through e2e.trace_depths: the policy and what it logged."""
+def e2e_script(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """ci/fork-gpu/e2e.py as a module, its arguments those of a speculative run (nothing read)."""
     pytest.importorskip("torch", reason="ci/fork-gpu/e2e.py imports drafts.py, which needs torch")
     monkeypatch.setattr(sys, "argv", ["e2e.py", "spec", "/nonexistent/out", "/nonexistent/models"])
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "ci" / "fork-gpu"))
-    e2e = load_script("ci/fork-gpu/e2e.py")
+    return load_script("ci/fork-gpu/e2e.py")
+
+
+def test_mixed_draws_run_the_mixed_cells_again_each_on_draws_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """E2E_MIXED_DRAWS=3: each round's mixed pair three times after the phase-pure cells, the first on
+    the round's salt (as runs before), every other on a salt no round or draw shares; 0 is refused."""
+    monkeypatch.setenv("E2E_REQUESTS", "2")
+    monkeypatch.setenv("E2E_MIXED_DRAWS", "3")
+    e2e = e2e_script(monkeypatch)
+    plan = e2e.cell_plan({"reasoning": [[1], [2]], "answer": [[3], [4]]})
+    assert [(phase, n, draw) for phase, n, _, draw in plan] == [
+        ("reasoning", 2, 0), ("answer", 2, 0), ("mixed", 2, 0), ("mixed", 2, 1), ("mixed", 2, 2)]
+    assert plan[-1][2] == [[1], [3]]  # one reasoning request and one answering, as the phase-pure cells take them
+    salts = [e2e.salt(round_, draw) for round_ in range(100) for draw in range(3)]
+    assert len(set(salts)) == 300 and e2e.salt(0, 0) == 1
+    monkeypatch.setenv("E2E_MIXED_DRAWS", "0")
+    with pytest.raises(SystemExit, match="E2E_MIXED_DRAWS=0: 1 or more"):
+        e2e_script(monkeypatch)
+
+
+def traced_cell(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any]]:
+    """A reasoning and an answering request under adaptive per request, one step timed at 0 + 2 and
+    ended, through e2e.trace_depths: the policy and what it logged."""
+    e2e = e2e_script(monkeypatch)
     config = dd.parse_draft_depth({"policy": "adaptive", "verify": "request",
                                    "prior_acceptance": {"reasoning": 0.3, "answer": 0.9}}, 2)
     policy = dd.DepthPolicy(config, 2, dd.PhaseTracker([[THINK]], [[END_THINK]]), 2)
