@@ -59,6 +59,11 @@ def occasion(cell: Cell) -> tuple[int, int]:
     return cell["round"], cell.get("draw", 0)
 
 
+def shortfall(got: int, rounds: int, draws: int) -> str:
+    """'1 of 2 rounds measured', or with draws (E2E_MIXED_DRAWS) '5 of 6 rounds x 3 draws measured'."""
+    return f"{got} of {rounds * draws} rounds{f' x {draws} draws' if draws > 1 else ''} measured"
+
+
 def draw_label(cell: Cell) -> str:
     """" draw N" for a cell of a run with E2E_MIXED_DRAWS, else nothing (as cells are headed)."""
     return f" draw {cell['draw']}" if "draw" in cell else ""
@@ -87,8 +92,7 @@ def problems(runs: Sequence[Mapping[str, Any]], k: int) -> list[str]:
             for policy in policies:
                 got = {occasion(c) for c in cells.get((n, policy), []) if measured(c)}
                 if len(got) != len(rounds) * draws:
-                    found.append(f"mixed x{n} {policy}: {len(got)} of {len(rounds) * draws} "
-                                 + ("rounds" if draws == 1 else f"rounds x {draws} draws") + " measured")
+                    found.append(f"mixed x{n} {policy}: {shortfall(len(got), len(rounds), draws)}")
     for n in sorted({n for n, _ in cells}):
         variants = {json.dumps(c["tokens"]) for (m, _), cs in cells.items() if m == n for c in cs}
         if len(variants) > 1:

@@ -38,7 +38,7 @@ from typing import Any
 from bench.counters import HarnessCounters
 from bench.e2e_decode import ACCEPTANCE_SLACK, BASELINE, K, acceptance, decode_problems, noise_floor, read_engine
 from bench.e2e_decode import PHASES as PURE
-from bench.e2e_mixed import MIXED, spread
+from bench.e2e_mixed import MIXED, occasion, shortfall, spread
 from ds4x.core import depth_sim as sim
 
 AV = "adaptive verification"
@@ -72,9 +72,10 @@ def completeness(spec: Mapping[str, Any], av: Mapping[str, Any], cells: Cells) -
     found = [] if rounds[0] == rounds[1] and rounds[0] else [f"rounds measured: draft_depth {rounds[0]}, "
                                                             f"adaptive verification {rounds[1]}"]
     for phase, n, policy in expected(spec):
-        got = {c["round"] for c in cells.get((phase, n, policy), []) if c.get("tok_s") is not None}
-        if got != set(rounds[0]):
-            found.append(f"{phase} x{n} {policy}: {len(got)} of {len(rounds[0])} rounds measured")
+        draws = spec.get("mixed_draws", 1) if phase == MIXED else 1
+        got = {occasion(c) for c in cells.get((phase, n, policy), []) if c.get("tok_s") is not None}
+        if got != {(r, d) for r in rounds[0] for d in range(draws)}:
+            found.append(f"{phase} x{n} {policy}: {shortfall(len(got), len(rounds[0]), draws)}")
         if policy == AV and any(not c.get("drafts", {}).get("steps") for c in cells.get((phase, n, policy), [])):
             found.append(f"{phase} x{n} {AV}: a cell with no draft budget logged (BudgetLog saw no step)")
     return found
@@ -117,7 +118,7 @@ def drafts_per_request_step(cell: Mapping[str, Any]) -> float:
 
 def table(cells: Cells, phase: str, n: int, policies: Sequence[str]) -> tuple[list[str], dict[str, float]]:
     """The lines of one phase and request count, and each policy's median tok/s."""
-    base = {c["round"]: c["tok_s"] for c in cells[phase, n, BASELINE]}
+    base = {occasion(c): c["tok_s"] for c in cells[phase, n, BASELINE]}
     lines = [f"{'policy':<22} {'tok/s median [range]':>24} {'vs fixed 2':>11} {'drafts/req/step':>16} "
              f"{'accepted/drafted':>17}"]
     medians: dict[str, float] = {}
@@ -128,7 +129,7 @@ def table(cells: Cells, phase: str, n: int, policies: Sequence[str]) -> tuple[li
         if policy == AV:  # another engine, run after ours: no same-round pairs
             ratio = f"{medians[policy] / statistics.median(base.values()):.3f}*"
         else:
-            ratio = f"{statistics.median(c['tok_s'] / base[c['round']] for c in runs):.3f} "
+            ratio = f"{statistics.median(c['tok_s'] / base[occasion(c)] for c in runs):.3f} "
         depth = statistics.mean(drafts_per_request_step(c) for c in runs)
         drafted = sum(c["draft_tokens"] for c in runs)
         accepted = sum(c["accepted_tokens"] for c in runs) / drafted if drafted else float("nan")

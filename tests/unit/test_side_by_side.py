@@ -97,6 +97,12 @@ def drop_two_requests(spec: dict[str, Any], av: dict[str, Any]) -> None:
         run["cells"] = [c for c in run["cells"] if c["requests"] != 2]
 
 
+def mixed_draws_planned(spec: dict[str, Any], av: dict[str, Any]) -> None:
+    """Both engines planned 2 mixed draws a round (E2E_MIXED_DRAWS) and ran only the first."""
+    for run in (spec, av):
+        run["mixed_draws"] = 2
+
+
 def one_av_round(spec: dict[str, Any], av: dict[str, Any]) -> None:
     av["cells"] = [c for c in av["cells"] if c["round"] == 0]
 
@@ -121,6 +127,7 @@ def acceptance_off(spec: dict[str, Any], av: dict[str, Any]) -> None:
     (drop_policy, "reasoning x1 adaptive: 0 of 5 rounds measured"),
     (drop_mixed, "mixed x2 adaptive verification: 0 of 5 rounds measured"),
     (drop_two_requests, "answer x2 fixed 2: 0 of 5 rounds measured"),
+    (mixed_draws_planned, "mixed x2 adaptive verification: 5 of 10 rounds x 2 draws measured"),
     (one_av_round, "rounds measured: draft_depth [0, 1, 2, 3, 4], adaptive verification [0]"),
     (no_budget_logged, "a cell with no draft budget logged"),
     (acceptance_off, "reasoning: acceptance at depth 2 measured 1.0, set 0.4"),
