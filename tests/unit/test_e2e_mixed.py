@@ -6,6 +6,7 @@ cell, tokens that differ and a policy at another depth than the deepest chosen f
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 from bench import e2e_decode, e2e_mixed
 from ds4x.core import depth_mixed
-from ds4x.core.named_policies import named_policies
+from ds4x.core.named_policies import PER_REQUEST, named_policies
 from tests.unit.test_e2e_report import CPU_MS, LAYERS, REST_MS, SET, engine, write
 
 K = 2
@@ -326,3 +327,21 @@ def test_mixed_draws_pair_by_round_and_draw_and_each_planned_one_must_run(
                         if not (c["policy"] == "adaptive" and c["phase"] == "mixed" and c.get("draw") == 2)]
     done, out = report(tmp_path, runs, capsys)
     assert done == 1 and "FAIL: mixed x2 adaptive: 4 of 6 rounds x 3 draws measured" in out.splitlines()
+
+
+def test_the_mixed_draws_run_holds_what_its_readme_says() -> None:
+    """bench/results/h100-e2e-mixed-draws: every policy and twin's mixed pair on all three draws of its
+    round, nothing amiss in them (the report's other FAILs are the policies the run left out), the
+    twins' ratios by draw, and today's reasoning request drawing more or fewer tokens in each."""
+    run = json.loads((Path(e2e_mixed.__file__).parent / "results/h100-e2e-mixed-draws/e2e-spec.json").read_text())
+    cells = e2e_mixed.mixed_cells([run])
+    assert run["mixed_draws"] == 3 and not e2e_mixed.problems([run], K)
+    assert {policy: sorted(map(e2e_mixed.occasion, cs)) for (_, policy), cs in cells.items()} == {
+        policy: [(0, 0), (0, 1), (0, 2)] for policy in ("fixed 2", "phase 0/2", "adaptive", "phase 0/2 per request",
+                                                       "adaptive per request")}
+    ratios = {p: [round(r, 3) for r in e2e_mixed.paired(cells, 2, p + PER_REQUEST, p)] for p in ("phase 0/2", "adaptive")}
+    assert sorted(ratios["phase 0/2"]) == [1.063, 1.118, 1.19] and sorted(ratios["adaptive"]) == [1.015, 1.12, 1.172]
+    assert [c["window_tokens_by_request"][0] for c in sorted(cells[2, "fixed 2"], key=e2e_mixed.occasion)] == [35, 33, 26]
+    assert run["decode_steps"]["eager"] == {}
+    report = (Path(e2e_mixed.__file__).parent / "results/h100-e2e-mixed-draws/report.txt").read_text().splitlines()
+    assert report and all(line.startswith("FAIL: ") and "mixed" not in line for line in report)
