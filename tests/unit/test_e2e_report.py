@@ -438,3 +438,21 @@ def test_the_h100_deepseek_v4_run_holds_what_its_readme_says(capsys: pytest.Capt
     per_request = e2e_mixed.step_ms(cells, 2, "phase 0/2 per request", "2")
     assert 0.78 < per_request / e2e_mixed.step_ms(cells, 2, "phase 0/2", "2") < 0.8  # its 2 + 2 twin
     assert 1 < per_request / e2e_mixed.step_ms(cells, 2, "fixed 1", "1") < 1.06  # 4 tokens either way
+
+
+def test_the_cut_short_h100_run_fails_closed_and_holds_what_its_readme_says(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results/h100-e2e-cut-short: the engine out of time in round 2, the report FAILs as the machine
+    printed it; its first two rounds lossless, graphs only, and their mixed pairs' ratios as the README says."""
+    resdir = Path(e2e_decode.__file__).parent / "results/h100-e2e-cut-short"
+    assert e2e_decode.main([str(resdir), "--spec-only"]) == 1
+    out = capsys.readouterr().out
+    assert out == (resdir / "report.txt").read_text() and "FAIL: e2e-spec.json: the engine did not finish" in out
+    run = json.loads((resdir / "e2e-spec.json").read_text())
+    assert run["decode_steps"]["eager"] == {}
+    for round_ in (0, 1):
+        for phase in ("reasoning", "answer", "mixed"):
+            ran = [c for c in run["cells"] if (c["round"], c["phase"]) == (round_, phase)]
+            assert len(ran) == 9 and len({json.dumps(c["tokens"]) for c in ran}) == 1
+    cells = e2e_mixed.mixed_cells([run])
+    ratios = {p: [round(r, 3) for r in e2e_mixed.paired(cells, 2, p + " per request", p)] for p in ("phase 0/2", "adaptive")}
+    assert ratios == {"phase 0/2": [1.068, 1.091], "adaptive": [1.114, 1.05]}
