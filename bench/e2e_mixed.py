@@ -88,10 +88,11 @@ def problems(runs: Sequence[Mapping[str, Any]], k: int) -> list[str]:
         # the policies it ran, and the twins it planned (also found in uniform cells: named once)
         policies = list(dict.fromkeys([*(c["policy"] for c in ran), *run.get("mixed_per_request", [])]))
         draws = run.get("mixed_draws", 1)
+        occasions = {(r, d) for r in rounds for d in range(draws)}
         for n in run.get("mixed", []):
             for policy in policies:
                 got = {occasion(c) for c in cells.get((n, policy), []) if measured(c)}
-                if len(got) != len(rounds) * draws:
+                if got != occasions:
                     found.append(f"mixed x{n} {policy}: {shortfall(len(got), len(rounds), draws)}")
     for n in sorted({n for n, _ in cells}):
         variants = {json.dumps(c["tokens"]) for (m, _), cs in cells.items() if m == n for c in cs}
@@ -101,8 +102,8 @@ def problems(runs: Sequence[Mapping[str, Any]], k: int) -> list[str]:
         want = expected_depth(policy, k)
         for cell in cs:
             if want is not None and set(cell["steps"]) != {want}:
-                found.append(f"mixed x{n} {policy} round {cell['round']}: steps at depths {sorted(cell['steps'])}, "
-                             f"expected only {want} (the deepest its requests chose)")
+                found.append(f"mixed x{n} {policy} round {cell['round']}{draw_label(cell)}: steps at depths "
+                             f"{sorted(cell['steps'])}, expected only {want} (the deepest its requests chose)")
     return found
 
 

@@ -68,6 +68,8 @@ def check(engine: str, levels: dict[str, Run], problems: list[str]) -> None:
         where = f"{engine} {level}"
         if run.get("overlap") != level:
             problems.append(f"{where}: the engine ran LVLLM_MOE_OVERLAP={run.get('overlap')}")
+        if run.get("mixed_draws", 1) != 1:  # cells() pairs by round
+            problems.append(f"{where}: E2E_MIXED_DRAWS={run['mixed_draws']}; this comparison pairs cells by round")
         problems += decode_problems(run, where)
         if replayed[level] != replayed.get(BASE, replayed[level]):
             problems.append(f"{where}: graphs replayed at query lengths {sorted(replayed[level])}, "

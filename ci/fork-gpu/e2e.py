@@ -35,8 +35,8 @@ the phase-pure cells of 2 or more requests (there its requests mostly agree: per
 verify must cost nothing; E2E_MIXED=0 runs no twin at all). E2E_MIXED_DRAWS (default 1) runs
 the mixed cells that many times a round, each time on other draws (a salt of its own; the first
 the round's), paired by round and draw: a 20-step mixed window holds about 40 of the reasoning
-request's drafts, whose draws set its pair's ratio, so more draws weigh the gain for far less
-than more rounds. E2E_ROUNDS rounds (default 3), the policy order rotated each round (and mixed
+request's drafts, whose draws move its pair's ratio (as do its steps' times), so more draws weigh
+the gain for far less than more rounds. E2E_ROUNDS rounds (default 3), the policy order rotated each round (and mixed
 draw). The JSON is rewritten after every cell, so a run cut short keeps what it measured.
 
 Then, unless E2E_PROFILE=0, a short cell per request count (every depth with spec)
@@ -77,8 +77,8 @@ WARMUP = int(os.environ.get("E2E_WARMUP", "1"))  # unrecorded rounds before the 
 NAME = f"{MODE}-{TAG}" if TAG else MODE  # the files' name: e2e-NAME.json, trace-NAME-xN-DEPTH.json.gz
 MIXED = [] if os.environ.get("E2E_MIXED", "1") == "0" else mixed_batches(max(REQUESTS))  # mixed batch sizes
 MIXED_DRAWS = int(os.environ.get("E2E_MIXED_DRAWS", "1"))  # mixed cells a round, each on draws of its own
-if MIXED_DRAWS < 1:
-    raise SystemExit(f"E2E_MIXED_DRAWS={MIXED_DRAWS}: 1 or more (E2E_MIXED=0 runs no mixed cell)")
+if not 1 <= MIXED_DRAWS <= 100:  # drafts.py shifts the salt 40 bits into an int64: draws * DRAW_SALT < 2^23
+    raise SystemExit(f"E2E_MIXED_DRAWS={MIXED_DRAWS}: 1 to 100 (E2E_MIXED=0 runs no mixed cell)")
 DRAW_SALT = 1 << 16  # a mixed draw's salt: the round's plus this per draw, beyond every round's
 TWINS = bool(MIXED) and os.environ.get("E2E_PER_REQUEST", "1") != "0"  # per-request twins: mixed cells, uniform of 2+
 # captures graphs for depths 0..K; per-request verify on: the model runner masks rows only when the engine's asks

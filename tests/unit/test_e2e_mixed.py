@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench import e2e_decode, e2e_mixed
+from bench import e2e_decisions, e2e_decode, e2e_mixed
 from ds4x.core import depth_mixed
 from ds4x.core.named_policies import PER_REQUEST, named_policies
 from tests.unit.test_e2e_report import CPU_MS, LAYERS, REST_MS, SET, engine, write
@@ -329,11 +329,17 @@ def test_mixed_draws_pair_by_round_and_draw_and_each_planned_one_must_run(
     assert done == 1 and "FAIL: mixed x2 adaptive: 4 of 6 rounds x 3 draws measured" in out.splitlines()
 
 
-def test_the_mixed_draws_run_holds_what_its_readme_says() -> None:
+def test_the_mixed_draws_run_holds_what_its_readme_says(capsys: pytest.CaptureFixture[str]) -> None:
     """bench/results/h100-e2e-mixed-draws: every policy and twin's mixed pair on all three draws of its
-    round, nothing amiss in them (the report's other FAILs are the policies the run left out), the
-    twins' ratios by draw, and today's reasoning request drawing more or fewer tokens in each."""
-    run = json.loads((Path(e2e_mixed.__file__).parent / "results/h100-e2e-mixed-draws/e2e-spec.json").read_text())
+    round, nothing amiss in them (the report, as the machine printed it, FAILs only for the policies the
+    run left out and one round's acceptance), the twins' ratios by draw, today's reasoning request drawing
+    more or fewer tokens in each, and the decision log headed by draw."""
+    resdir = Path(e2e_mixed.__file__).parent / "results/h100-e2e-mixed-draws"
+    assert e2e_decode.main([str(resdir), "--spec-only"]) == 1
+    report = capsys.readouterr().out
+    assert report == (resdir / "report.txt").read_text()
+    assert all(line.startswith("FAIL: ") and "mixed" not in line for line in report.splitlines())
+    run = json.loads((resdir / "e2e-spec.json").read_text())
     cells = e2e_mixed.mixed_cells([run])
     assert run["mixed_draws"] == 3 and not e2e_mixed.problems([run], K)
     assert {policy: sorted(map(e2e_mixed.occasion, cs)) for (_, policy), cs in cells.items()} == {
@@ -343,5 +349,5 @@ def test_the_mixed_draws_run_holds_what_its_readme_says() -> None:
     assert sorted(ratios["phase 0/2"]) == [1.063, 1.118, 1.19] and sorted(ratios["adaptive"]) == [1.015, 1.12, 1.172]
     assert [c["window_tokens_by_request"][0] for c in sorted(cells[2, "fixed 2"], key=e2e_mixed.occasion)] == [35, 33, 26]
     assert run["decode_steps"]["eager"] == {}
-    report = (Path(e2e_mixed.__file__).parent / "results/h100-e2e-mixed-draws/report.txt").read_text().splitlines()
-    assert report and all(line.startswith("FAIL: ") and "mixed" not in line for line in report)
+    headings = [line for line in e2e_decisions.lines(resdir, "adaptive per request", "mixed") if line.startswith("round")]
+    assert [h.split(" mixed")[0] for h in headings] == ["round 0 draw 0", "round 0 draw 1", "round 0 draw 2"]

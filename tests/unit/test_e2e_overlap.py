@@ -52,6 +52,8 @@ def mutated(change: str) -> dict[str, dict[str, Any]]:
         shared["overlap"] = "off"
     elif change == "graphs":
         shared["decode_steps"]["graph"] = {"1": 40}
+    elif change == "draws":
+        shared["mixed_draws"] = 2
     return {"off": run("off"), "shared": shared}
 
 
@@ -61,6 +63,7 @@ def mutated(change: str) -> dict[str, dict[str, Any]]:
     ("eager", "FAIL: spec shared: eager decode steps {'3': 1}"),
     ("level", "FAIL: spec shared: the engine ran LVLLM_MOE_OVERLAP=off"),
     ("graphs", "FAIL: spec shared: graphs replayed at query lengths ['1'], off at ['1', '3']"),
+    ("draws", "FAIL: spec shared: E2E_MIXED_DRAWS=2; this comparison pairs cells by round"),
 ])
 def test_each_problem_fails_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str], change: str,
                                     message: str) -> None:

@@ -420,8 +420,9 @@ def test_adaptive_priced_in_its_batch_still_verified_depth_1_on_the_gpu() -> Non
 
 def test_the_h100_deepseek_v4_run_holds_what_its_readme_says(capsys: pytest.CaptureFixture[str]) -> None:
     """bench/results/h100-dsv4-e2e: every policy and twin, the report passing (lossless, graphs only) and
-    both mixed targets MISSED; each round's pair ratio falls as today's reasoning request drew more
-    (48 tokens in round 0's 20-step window, 38 in round 1's), and 0 + 2 steps 0.79 of 2 + 2, near 1 + 1."""
+    both mixed targets MISSED; the rounds' pair ratios apart, by the reasoning request's draws (48 tokens
+    in round 0's 20-step window, 38 in round 1's) and more by the same shapes' step times; 0 + 2 steps
+    0.79 of 2 + 2, near 1 + 1."""
     resdir = Path(e2e_decode.__file__).parent / "results/h100-dsv4-e2e"
     assert e2e_decode.main([str(resdir), "--spec-only", "--seeds", "2"]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -435,6 +436,12 @@ def test_the_h100_deepseek_v4_run_holds_what_its_readme_says(capsys: pytest.Capt
         ratios = {c["round"]: c["tok_s"] / b["tok_s"]
                   for c, b in e2e_mixed.same_round(cells[2, policy + " per request"], cells[2, policy])}
         assert ratios[0] < 0.85 < 1.1 < ratios[1]
+    # a pair's ratio is its tokens' over its windows': both moved, the windows (step times) more
+    pairs = e2e_mixed.same_round(cells[2, "phase 0/2 per request"], cells[2, "phase 0/2"])
+    assert [round(c["window_tokens"] / b["window_tokens"], 3) for c, b in pairs] == [0.766, 0.842]
+    assert [round(c["window_s"] / b["window_s"], 3) for c, b in pairs] == [0.914, 0.701]
+    assert [(round(c["steps"]["2"]["median_ms"], 1), round(b["steps"]["2"]["median_ms"], 1)) for c, b in pairs] == [
+        (80.1, 89.8), (67.0, 97.0)]
     per_request = e2e_mixed.step_ms(cells, 2, "phase 0/2 per request", "2")
     assert 0.78 < per_request / e2e_mixed.step_ms(cells, 2, "phase 0/2", "2") < 0.8  # its 2 + 2 twin
     assert 1 < per_request / e2e_mixed.step_ms(cells, 2, "fixed 1", "1") < 1.06  # 4 tokens either way

@@ -28,7 +28,8 @@ def e2e_script(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def test_mixed_draws_run_the_mixed_cells_again_each_on_draws_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """E2E_MIXED_DRAWS=3: each round's mixed pair three times after the phase-pure cells, the first on
-    the round's salt (as runs before), every other on a salt no round or draw shares; 0 is refused."""
+    the round's salt (as runs before), every other on a salt no round or draw shares; 0 and more than 100
+    (a salt past what drafts.py's hash takes) are refused."""
     monkeypatch.setenv("E2E_REQUESTS", "2")
     monkeypatch.setenv("E2E_MIXED_DRAWS", "3")
     e2e = e2e_script(monkeypatch)
@@ -38,9 +39,10 @@ def test_mixed_draws_run_the_mixed_cells_again_each_on_draws_of_its_own(monkeypa
     assert plan[-1][2] == [[1], [3]]  # one reasoning request and one answering, as the phase-pure cells take them
     salts = [e2e.salt(round_, draw) for round_ in range(100) for draw in range(3)]
     assert len(set(salts)) == 300 and e2e.salt(0, 0) == 1
-    monkeypatch.setenv("E2E_MIXED_DRAWS", "0")
-    with pytest.raises(SystemExit, match="E2E_MIXED_DRAWS=0: 1 or more"):
-        e2e_script(monkeypatch)
+    for refused in ("0", "101"):
+        monkeypatch.setenv("E2E_MIXED_DRAWS", refused)
+        with pytest.raises(SystemExit, match=f"E2E_MIXED_DRAWS={refused}: 1 to 100"):
+            e2e_script(monkeypatch)
 
 
 def traced_cell(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, list[Any]]:

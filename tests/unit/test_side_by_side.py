@@ -145,3 +145,22 @@ def test_a_missing_engine_fails(tmp_path: Path, capsys: pytest.CaptureFixture[st
     (tmp_path / "e2e-spec.json").write_text(json.dumps(spec))
     assert side_by_side.main([str(tmp_path)]) == 1
     assert "e2e-av.json" in capsys.readouterr().out
+
+
+def test_mixed_draws_are_paired_with_fixed_2_of_their_own_round_and_draw(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Both engines with a second mixed draw a round (E2E_MIXED_DRAWS=2), every cell of it at half the
+    rate: each of our policies' mixed ratios to fixed 2, taken within a round and draw, stay as they were."""
+    def mixed_ratios(spec: dict[str, Any], av: dict[str, Any], where: Path) -> dict[str, str]:
+        where.mkdir()
+        assert side_by_side.main([str(write(where, spec, av))]) == 0
+        table = capsys.readouterr().out.split("mixed, 2 running request(s)", 1)[1].splitlines()[2:8]  # ours
+        return {" ".join(line.split()[:-5]): line.split()[-3] for line in table}
+
+    spec, av = copy.deepcopy(committed())
+    before = mixed_ratios(spec, av, tmp_path / "one")
+    for run in (spec, av):
+        run["mixed_draws"] = 2
+        run["cells"] += [{**c, "draw": 1, "tok_s": c["tok_s"] / 2} for c in run["cells"] if c["phase"] == "mixed"]
+    assert mixed_ratios(spec, av, tmp_path / "two") == before
+    assert set(before) == {"fixed 0", "fixed 1", "fixed 2", "phase 1/2", "phase 0/2", "adaptive"}
