@@ -113,10 +113,14 @@ def measured(cell: Mapping[str, Any]) -> bool:
     return cell.get("tok_s") is not None and isinstance(window, list) and len(window) == len(cell.get("mix", []))
 
 
+def phase_tokens(cell: Mapping[str, Any], phase: str) -> int:
+    """The tokens a mixed cell's requests in `phase` made in its window, together."""
+    return sum(t for p, t in zip(cell["mix"], cell["window_tokens_by_request"]) if p == phase)
+
+
 def phase_rate(cell: Mapping[str, Any], phase: str) -> float:
     """A mixed cell's steady tok/s of its requests in `phase`, together."""
-    made = sum(t for p, t in zip(cell["mix"], cell["window_tokens_by_request"]) if p == phase)
-    return float(made / cell["window_s"])
+    return float(phase_tokens(cell, phase) / cell["window_s"])
 
 
 def spread(values: Sequence[float]) -> str:
