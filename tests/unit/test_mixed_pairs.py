@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,24 @@ def test_mixed_draws_are_split_pair_by_pair(capsys: pytest.CaptureFixture[str]) 
 def test_a_run_without_mixed_twins_fails_saying_how_to_get_them(capsys: pytest.CaptureFixture[str]) -> None:
     assert mixed_pairs.main([str(RESULTS / "h200-e2e-start")]) == 1
     assert "no mixed per-request twins: run it with E2E_MIXED=1 and E2E_PER_REQUEST=1" in capsys.readouterr().err
+
+
+def test_round_0_is_the_least_favourable_draw_in_most_committed_runs() -> None:
+    """docs/mixed-batches.md: in 10 of the 12 committed runs whose twins ran two or more rounds, phase
+    0/2's twin made a smaller share of today's tokens in round 0 than in round 1, and its pair gained
+    less there in 10; four stand-in runs made exactly 0.774 and 0.836 (the same draws, run after run)."""
+    shares, gains = {}, {}
+    for resdir in sorted(RESULTS.iterdir()):
+        try:
+            out = mixed_pairs.lines(resdir)
+        except (ValueError, OSError):
+            continue
+        pairs = itertools.takewhile(lambda line: line.startswith("  "),
+                                    out[out.index("phase 0/2 per request against phase 0/2, mixed x2:") + 1:])
+        by_round = {line.split(":")[0].strip(): line.split() for line in pairs if line.startswith("  round")}
+        if {"round 0", "round 1"} <= set(by_round):
+            shares[resdir.name] = [float(by_round[r][5]) for r in ("round 0", "round 1")]
+            gains[resdir.name] = [float(by_round[r][2]) for r in ("round 0", "round 1")]
+    assert len(shares) == 12
+    assert sum(a < b for a, b in shares.values()) == 10 and sum(a < b for a, b in gains.values()) == 10
+    assert sum(share == [0.774, 0.836] for share in shares.values()) == 4
