@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench import mixed_pairs
+from ds4x.core import depth_mixed
 
 RESULTS = Path(mixed_pairs.__file__).parent / "results"
 
@@ -60,3 +61,22 @@ def test_round_0_is_the_least_favourable_draw_in_most_committed_runs() -> None:
     assert len(shares) == 12
     assert sum(a < b for a, b in shares.values()) == 10 and sum(a < b for a, b in gains.values()) == 10
     assert sum(share == [0.774, 0.836] for share in shares.values()) == 4
+
+
+def test_pairs_at_the_set_acceptance_take_the_luck_of_the_draws_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """At the acceptance the run set, each pair's ratio is its depths' tokens a step there over its own time
+    a step: the three draws of the check, whose times held, agree within 2.2% (1.119-1.143); the
+    DeepSeek-V4 run's two rounds, whose times moved, still differ (0.904, 1.179). Runs whose cells did not
+    count each request's depth print no such figure."""
+    lines = {run: mixed_pairs.lines(RESULTS / run) for run in ("h100-e2e-mixed-draws", "h100-dsv4-e2e",
+                                                               "h200-e2e-mixed-per-request-crn")}
+    def at_set(run: str) -> str:
+        section = lines[run][lines[run].index("phase 0/2 per request against phase 0/2, mixed x2:"):]
+        return next((x for x in section if x.startswith("  at the set acceptance")), "")
+    assert at_set("h100-e2e-mixed-draws").endswith("(reasoning 0.4, answer 0.9), median [range]: 1.140 [1.119-1.143]")
+    assert at_set("h100-dsv4-e2e").endswith("median [range]: 1.041 [0.904-1.179]")
+    assert at_set("h200-e2e-mixed-per-request-crn") == ""
+    made = {p: depth_mixed.tokens_by_depth(a, 2) for p, a in (("reasoning", 0.4), ("answer", 0.9))}
+    cell = {"mix": ["reasoning", "answer"], "steps_by_request_depths": {"0+2": 3, "1+2": 1}}
+    assert mixed_pairs.set_tokens(cell, {"reasoning": 0.4, "answer": 0.9}) == pytest.approx(
+        (3 * (made["reasoning"][0] + made["answer"][2]) + made["reasoning"][1] + made["answer"][2]) / 4)
