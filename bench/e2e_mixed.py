@@ -59,6 +59,11 @@ def occasion(cell: Cell) -> tuple[int, int]:
     return cell["round"], cell.get("draw", 0)
 
 
+def occasions(rounds: Sequence[int], draws: int) -> set[tuple[int, int]]:
+    """Every (round, draw) a run of these rounds must hold a kind of mixed cell in (draws: its mixed_draws)."""
+    return {(r, d) for r in rounds for d in range(draws)}
+
+
 def shortfall(got: int, rounds: int, draws: int) -> str:
     """'1 of 2 rounds measured', or with draws (E2E_MIXED_DRAWS) '5 of 6 rounds x 3 draws measured'."""
     return f"{got} of {rounds * draws} rounds{f' x {draws} draws' if draws > 1 else ''} measured"
@@ -88,11 +93,11 @@ def problems(runs: Sequence[Mapping[str, Any]], k: int) -> list[str]:
         # the policies it ran, and the twins it planned (also found in uniform cells: named once)
         policies = list(dict.fromkeys([*(c["policy"] for c in ran), *run.get("mixed_per_request", [])]))
         draws = run.get("mixed_draws", 1)
-        occasions = {(r, d) for r in rounds for d in range(draws)}
+        planned = occasions(rounds, draws)
         for n in run.get("mixed", []):
             for policy in policies:
                 got = {occasion(c) for c in cells.get((n, policy), []) if measured(c)}
-                if got != occasions:
+                if got != planned:
                     found.append(f"mixed x{n} {policy}: {shortfall(len(got), len(rounds), draws)}")
     for n in sorted({n for n, _ in cells}):
         variants = {json.dumps(c["tokens"]) for (m, _), cs in cells.items() if m == n for c in cs}

@@ -38,7 +38,7 @@ from typing import Any
 from bench.counters import HarnessCounters
 from bench.e2e_decode import ACCEPTANCE_SLACK, BASELINE, K, acceptance, decode_problems, noise_floor, read_engine
 from bench.e2e_decode import PHASES as PURE
-from bench.e2e_mixed import MIXED, occasion, shortfall, spread
+from bench.e2e_mixed import MIXED, occasion, occasions, shortfall, spread
 from ds4x.core import depth_sim as sim
 
 AV = "adaptive verification"
@@ -74,7 +74,7 @@ def completeness(spec: Mapping[str, Any], av: Mapping[str, Any], cells: Cells) -
     for phase, n, policy in expected(spec):
         draws = spec.get("mixed_draws", 1) if phase == MIXED else 1
         got = {occasion(c) for c in cells.get((phase, n, policy), []) if c.get("tok_s") is not None}
-        if got != {(r, d) for r in rounds[0] for d in range(draws)}:
+        if got != occasions(rounds[0], draws):
             found.append(f"{phase} x{n} {policy}: {shortfall(len(got), len(rounds[0]), draws)}")
         if policy == AV and any(not c.get("drafts", {}).get("steps") for c in cells.get((phase, n, policy), [])):
             found.append(f"{phase} x{n} {AV}: a cell with no draft budget logged (BudgetLog saw no step)")

@@ -36,8 +36,9 @@ verify must cost nothing; E2E_MIXED=0 runs no twin at all). E2E_MIXED_DRAWS (def
 the mixed cells that many times a round, each time on other draws (a salt of its own; the first
 the round's), paired by round and draw: a 20-step mixed window holds about 40 of the reasoning
 request's drafts, whose draws move its pair's ratio (as do its steps' times), so more draws weigh
-the gain for far less than more rounds. E2E_ROUNDS rounds (default 3), the policy order rotated each round (and mixed
-draw). The JSON is rewritten after every cell, so a run cut short keeps what it measured.
+the gain for far less than more rounds. E2E_ROUNDS rounds (default 3), the policy order rotated
+each round (and mixed draw). The JSON is rewritten after every cell, so a run cut short keeps what
+it measured.
 
 Then, unless E2E_PROFILE=0, a short cell per request count (every depth with spec)
 under torch.profiler: OUTDIR/trace-MODE-xN-DEPTH.json.gz, a step's timeline on the GPU
@@ -61,7 +62,7 @@ from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, V
 from harness import ENGINE, GRAPHS, Counters, dsv4_engine, spec_metrics
 
 from bench.e2e_mixed import MIXED as MIXED_PHASE  # the phase the report reads mixed cells by
-from bench.e2e_mixed import draw_label
+from bench.e2e_mixed import draw_label  # a cell's heading, as the report's readers head it
 from ds4x.core.depth_mixed import mix, mixed_batches
 from ds4x.core.named_policies import PER_REQUEST, named_policies, per_request_policies, profile_start
 
