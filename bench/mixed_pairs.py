@@ -11,7 +11,8 @@ which of the two set a pair, where the report gives only the ratio. Where the ce
 request's verified depth (steps_by_request_depths), each pair also at the acceptance the run set:
 the tokens a step those depths make at it (depth_mixed.tokens_by_depth), over the pair's own time a
 step, what the pair gives without its draws' luck, and their median over the pairs.
-Exit 1, naming why, on a run without mixed per-request twins.
+Exit 1, naming why, on a run without mixed per-request twins, or with a twin's cell that has no
+batch-uniform cell of its round (and draw) to pair with or did not measure.
 """
 
 from __future__ import annotations
@@ -72,7 +73,14 @@ def pair_lines(cells: e2e_mixed.Cells, n: int, twin: str, acceptance: Mapping[st
     out = [f"{twin} against {base}, mixed x{n}:"]
     halves: dict[str, list[float]] = {"tokens": [], "time": []}
     at_sets = []
-    for c, b in e2e_mixed.same_round(cells[n, twin], cells[n, base]):
+    pairs = e2e_mixed.same_round(cells[n, twin], cells[n, base])
+    if unpaired := [c for c in cells[n, twin] if not any(c is p for p, _ in pairs)]:
+        raise ValueError(f"{twin}, mixed x{n}, round {unpaired[0]['round']}{e2e_mixed.draw_label(unpaired[0])}: "
+                         f"no {base} cell of the same round to pair with")
+    if broken := [cell for pair in pairs for cell in pair if not e2e_mixed.measured(cell)]:
+        raise ValueError(f"{broken[0]['policy']}, mixed x{n}, round {broken[0]['round']}"
+                         f"{e2e_mixed.draw_label(broken[0])}: the cell did not measure")
+    for c, b in pairs:
         ratio, tokens = c["tok_s"] / b["tok_s"], c["window_tokens"] / b["window_tokens"]
         halves["tokens"].append(tokens)
         halves["time"].append(tokens / ratio)

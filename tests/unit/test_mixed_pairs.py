@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,22 @@ def test_pairs_at_the_set_acceptance_take_the_luck_of_the_draws_out(capsys: pyte
     cell = {"mix": ["reasoning", "answer"], "steps_by_request_depths": {"0+2": 3, "1+2": 1}}
     assert mixed_pairs.set_tokens(cell, {"reasoning": 0.4, "answer": 0.9}) == pytest.approx(
         (3 * (made["reasoning"][0] + made["answer"][2]) + made["reasoning"][1] + made["answer"][2]) / 4)
+
+
+@pytest.mark.parametrize(("breaks", "message"), [
+    ("unpaired", "phase 0/2 per request, mixed x2, round 1: no phase 0/2 cell of the same round to pair with"),
+    ("crashed", "phase 0/2, mixed x2, round 0: the cell did not measure"),
+])
+def test_a_pair_that_cannot_be_formed_fails_naming_it(breaks: str, message: str, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A twin's cell whose batch-uniform cell of its round is missing, or a cell of a pair that did not
+    measure (tok_s None), fails the run by name instead of printing the pairs that remain."""
+    run = json.loads((RESULTS / "h100-dsv4-e2e" / "e2e-spec.json").read_text())
+    mixed = [c for c in run["cells"] if c["phase"] == "mixed" and c["policy"] == "phase 0/2"]
+    if breaks == "unpaired":
+        run["cells"].remove(next(c for c in mixed if c["round"] == 1))
+    else:
+        next(c for c in mixed if c["round"] == 0)["tok_s"] = None
+    (tmp_path / "e2e-spec.json").write_text(json.dumps(run))
+    assert mixed_pairs.main([str(tmp_path)]) == 1
+    assert message in capsys.readouterr().err
