@@ -37,8 +37,8 @@ the mixed cells that many times a round, each time on other draws (a salt of its
 the round's), paired by round and draw: a 20-step mixed window holds about 40 of the reasoning
 request's drafts, whose draws move its pair's ratio (as do its steps' times), so more draws weigh
 the gain for far less than more rounds. E2E_ROUNDS rounds (default 3), the policy order rotated
-each round (and mixed draw). The JSON is rewritten after every cell, so a run cut short keeps what
-it measured.
+each round (and mixed draw), each twin's cell next to its policy's (cell_order). The JSON is
+rewritten after every cell, so a run cut short keeps what it measured.
 
 Then, unless E2E_PROFILE=0, a short cell per request count (every depth with spec)
 under torch.profiler: OUTDIR/trace-MODE-xN-DEPTH.json.gz, a step's timeline on the GPU
@@ -111,6 +111,19 @@ def cell_plan(texts: dict[str, list[list[int]]]) -> list[tuple[str, int, list[li
         batch = [texts[p][phases[:i].count(p)] for i, p in enumerate(phases)]
         plan += [(MIXED_PHASE, n, batch, draw) for draw in range(MIXED_DRAWS)]
     return plan
+
+
+def cell_order(ran: list[tuple[str, dict]], turn: int) -> list[tuple[str, dict]]:
+    """The policies of a round's cell (and mixed draw: `turn` is round + draw) in the order they run:
+    each per-request twin beside its policy, so that a pair's two cells run back to back (a step's time
+    drifted up to 20% within a round on DeepSeek-V4, and a pair three cells apart drifted with it), the
+    twin second on even turns and first on odd ones; the pairs rotated by the turn."""
+    twin_of = {name.removesuffix(PER_REQUEST): (name, c) for name, c in ran if name.endswith(PER_REQUEST)}
+    units = [[(name, c), *([twin_of[name]] if name in twin_of else [])]
+             for name, c in ran if not name.endswith(PER_REQUEST)]
+    units = [unit[::-1] if turn % 2 else unit for unit in units]
+    shift = turn % len(units)
+    return [policy for unit in units[shift:] + units[:shift] for policy in unit]
 
 
 def salt(round_: int, draw: int) -> int:
@@ -347,8 +360,7 @@ def main() -> dict:
         for phase, n, prompt_ids, draw in cell_plan(texts):
             drafts.salt = salt(round_, draw)
             ran = mixed_policies if phase == MIXED_PHASE or n > 1 else policies
-            shift = (round_ + draw) % len(ran)
-            for name, config in ran[shift:] + ran[:shift]:
+            for name, config in cell_order(ran, round_ + draw):
                 if scheduling:
                     scheduling.use(name, config)
                 before = accepted(spec_metrics(llm))

@@ -145,3 +145,19 @@ def test_the_deepseek_v4_decision_log_holds_what_its_readme_says() -> None:
     assert arrivals == ["0", "2"] * 4
     assert any("-10.0 ms  #0 reasoning -> 1 " in line for line in lines)
     assert "FAIL" in (RESULTS / name / "report.txt").read_text()  # no fixed cells: fails closed
+
+
+def test_each_twin_runs_next_to_its_policy_first_on_odd_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cell_order: every policy once a turn, each per-request twin beside the policy it pairs with
+    (second on even turns, first on odd), the pairs rotated by the turn; a policy without a twin
+    stands alone."""
+    e2e = e2e_script(monkeypatch)
+    ran = [(name, {}) for name in ("fixed 2", "phase 0/2", "adaptive", "phase 0/2 per request",
+                                   "adaptive per request")]
+    names = [[name for name, _ in e2e.cell_order(ran, turn)] for turn in range(4)]
+    assert names[0] == ["fixed 2", "phase 0/2", "phase 0/2 per request", "adaptive", "adaptive per request"]
+    assert names[1] == ["phase 0/2 per request", "phase 0/2", "adaptive per request", "adaptive", "fixed 2"]
+    assert names[2] == ["adaptive", "adaptive per request", "fixed 2", "phase 0/2", "phase 0/2 per request"]
+    assert names[3] == ["fixed 2", "phase 0/2 per request", "phase 0/2", "adaptive per request", "adaptive"]
+    plain = ran[:3]  # the phase-pure cells of one request: no twins
+    assert [name for name, _ in e2e.cell_order(plain, 1)] == ["phase 0/2", "adaptive", "fixed 2"]
