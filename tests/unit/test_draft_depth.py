@@ -383,6 +383,25 @@ def test_a_masked_step_is_timed_by_its_shape_and_prices_only_its_own_shape() -> 
     assert costs.unmeasured() == [2]  # the masked shape times no uniform length
 
 
+def test_a_step_costs_no_more_than_a_timed_step_that_holds_it() -> None:
+    """The H200 DeepSeek-V4 run's round 1 (bench/results/h200-dsv4-e2e-draws): 0 + 2 (3, 4), last
+    timed in a dear spell at 81.41 ms, priced above 1 + 2 (3, 5) at 74.34; the answering request,
+    deciding beside a reasoning one at 0, went to depth 1, and the reasoning one, beside it, to 2.
+    A shape is priced at no more than a timed shape as long with as many tokens or more: there the
+    answer keeps depth 2; shapes that hold no dearer one keep their own medians."""
+    costs = est.StepCosts(prior=[1.0, 2.0, 3.0])
+    for shape, ms in {(1, 2): 43.08, (2, 3): 62.0, (2, 4): 76.43, (3, 4): 81.41, (3, 5): 74.34}.items():
+        for _ in range(3):
+            costs.observe_step([shape[0], shape[1] - shape[0]], ms / 1000)
+    assert costs.step_cost((3, 4), 2) == pytest.approx(0.07434)  # held by (3, 5)
+    assert costs.step_cost((2, 3), 2) == pytest.approx(0.0620)  # its own: nothing holding it is cheaper
+    assert costs.step_cost((2, 4), 2) == pytest.approx(0.07434)  # held by (3, 5) too
+    assert costs.step_cost((3, 5), 2) == pytest.approx(0.07434)
+    reasoning_at_0 = est.Beside(requests=1, expected=1.0, verified=1, longest=1)
+    best, rates = est.best_in_batch([0.916, 0.934], costs, [0, 1, 2], reasoning_at_0)
+    assert best == 2 and rates[2] > rates[1] * 1.05
+
+
 def test_relative_answers_for_the_batch_asked() -> None:
     """A request priced in a batch of two before any two-request step ran gets two requests'
     prior shape, not the one-request timings of the latest step."""
