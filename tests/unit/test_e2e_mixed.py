@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench import e2e_decisions, e2e_decode, e2e_mixed
+from bench import e2e_decisions, e2e_decode, e2e_mixed, mixed_pairs
 from ds4x.core import depth_mixed
 from ds4x.core.named_policies import PER_REQUEST, named_policies
 from tests.unit.test_e2e_report import CPU_MS, LAYERS, REST_MS, SET, engine, write
@@ -351,3 +351,71 @@ def test_the_mixed_draws_run_holds_what_its_readme_says(capsys: pytest.CaptureFi
     assert run["decode_steps"]["eager"] == {}
     headings = [line for line in e2e_decisions.lines(resdir, "adaptive per request", "mixed") if line.startswith("round")]
     assert [h.split(" mixed")[0] for h in headings] == ["round 0 draw 0", "round 0 draw 1", "round 0 draw 2"]
+
+
+def set_acceptance_line(resdir: Path, policy: str) -> str:
+    """bench.mixed_pairs' figure at the set acceptance for `policy`'s twin."""
+    out = mixed_pairs.lines(resdir)
+    section = out[out.index(f"{policy} per request against {policy}, mixed x2:"):]
+    return next(line for line in section if line.startswith("  at the set acceptance"))
+
+
+@pytest.mark.parametrize("run, ratios, at_set, floor", [
+    ("h200-dsv4-e2e-draws", {"phase 0/2": "1.085 [1.025-1.188]", "adaptive": "0.945 [0.873-1.229]"},
+     {"phase 0/2": "1.114 [1.045-1.168]", "adaptive": "1.093 [1.025-1.126]"}, "5.8%"),
+    ("h200-e2e-draws", {"phase 0/2": "1.094 [0.956-1.212]", "adaptive": "1.081 [0.924-1.246]"},
+     {"phase 0/2": "1.143 [0.992-1.177]", "adaptive": "1.082 [0.976-1.199]"}, "17.1%"),
+])
+def test_the_h200_draws_runs_hold_what_their_readmes_say(run: str, ratios: dict[str, str], at_set: dict[str, str],
+                                                          floor: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results/h200-{dsv4-,}e2e-draws: every policy on 2 rounds x 3 draws, the report passes (and
+    reprints byte for byte), graphs only; each twin's mixed pair as measured and at the set acceptance."""
+    resdir = Path(e2e_mixed.__file__).parent / "results" / run
+    assert e2e_decode.main([str(resdir), "--spec-only"]) == 0
+    report = capsys.readouterr().out
+    assert report == (resdir / "report.txt").read_text()
+    spec = json.loads((resdir / "e2e-spec.json").read_text())
+    assert spec["mixed_draws"] == 3 and spec["decode_steps"]["eager"] == {} and len(spec["cells"]) == 90
+    for policy, ratio in ratios.items():
+        assert f"{policy} per request".ljust(22) + f" vs {policy}: batch {ratio}," in report
+        assert set_acceptance_line(resdir, policy).endswith(f"median [range]: {at_set[policy]}")
+    assert f"noise floor of these cells (the largest difference in a round between policies whose batch verifies the same depth today): {floor}" in report
+
+
+def test_adaptive_per_request_went_the_wrong_way_on_a_stale_cost_in_the_dsv4_draws_run() -> None:
+    """bench/results/h200-dsv4-e2e-draws, round 1: the answering request set 1 on arrival and the
+    reasoning one 2 (1 + 2 in every step of each draw, the reasoning request making nearly all the
+    answer's tokens), on 0 + 2 priced at 81.41 ms above 1 + 2 at 74.34."""
+    resdir = Path(e2e_mixed.__file__).parent / "results/h200-dsv4-e2e-draws"
+    cells = [c for c in json.loads((resdir / "e2e-spec.json").read_text())["cells"]
+             if c["phase"] == "mixed" and c["policy"] == "adaptive per request" and c["round"] == 1]
+    assert [c["steps_by_request_depths"] for c in cells] == [{"1+2": 23}] * 3
+    assert [c["window_tokens_by_request"] for c in cells] == [[43, 47], [47, 46], [47, 47]]
+    lines = e2e_decisions.lines(resdir, "adaptive per request", "mixed")
+    round_1 = lines[next(i for i, line in enumerate(lines) if line.startswith("round 1 draw 0")):]
+    arrivals = [line.split() for line in round_1[1:4]]
+    assert [(a[3], a[5]) for a in arrivals] == [("reasoning", "0"), ("answer", "1"), ("reasoning", "2")]
+    assert "'3,4': 81.41, '3,5': 74.34" in round_1[2]
+
+
+def test_the_adjacent_pairs_run_fails_closed_and_holds_what_its_readme_says(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/results/h100-dsv4-e2e-adjacent-pairs: out of device time in round 1, the report FAILs; round 0
+    lossless on all four draws, graphs only, each twin's cell next to its policy's, and its pairs' ratios."""
+    resdir = Path(e2e_mixed.__file__).parent / "results/h100-dsv4-e2e-adjacent-pairs"
+    assert e2e_decode.main([str(resdir), "--spec-only"]) == 1
+    out = capsys.readouterr().out
+    assert out == (resdir / "report.txt").read_text() and "FAIL: e2e-spec.json: the engine did not finish" in out
+    run = json.loads((resdir / "e2e-spec.json").read_text())
+    assert run["decode_steps"]["eager"] == {} and run["mixed_draws"] == 4
+    round_0 = [c for c in run["cells"] if c["round"] == 0]
+    for occasion in {(c["phase"], c.get("draw")) for c in round_0}:
+        ran = [c for c in round_0 if (c["phase"], c.get("draw")) == occasion]
+        assert len({json.dumps(c["tokens"]) for c in ran}) == 1
+        order = [c["policy"] for c in ran]
+        for twin in (p for p in order if p.endswith(PER_REQUEST)):
+            assert abs(order.index(twin) - order.index(twin.removesuffix(PER_REQUEST))) == 1
+    cells = e2e_mixed.mixed_cells([run])
+    ratios = {p: [round(r, 3) for r in e2e_mixed.paired(cells, 2, p + PER_REQUEST, p)] for p in ("phase 0/2", "adaptive")}
+    assert ratios == {"phase 0/2": [1.03, 1.185, 1.359, 1.108], "adaptive": [1.034, 1.008, 1.189, 1.203]}
+    assert set_acceptance_line(resdir, "phase 0/2").endswith("median [range]: 1.143 [1.044-1.247]")
+    assert set_acceptance_line(resdir, "adaptive").endswith("median [range]: 1.070 [1.035-1.112]")
