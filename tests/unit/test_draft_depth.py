@@ -402,6 +402,21 @@ def test_a_step_costs_no_more_than_a_timed_step_that_holds_it() -> None:
     assert best == 2 and rates[2] > rates[1] * 1.05
 
 
+def test_a_mixed_pair_arriving_on_a_stale_dear_0_plus_2_keeps_the_answer_deep() -> None:
+    """The same round through the policy: a reasoning and an answering request arrive together on those
+    costs; the answer is set to 2 and the reasoning request to 0 or 1, never the reverse."""
+    policy = by_id({"policy": "adaptive", "verify": "request", "explore_steps": 0,
+                    "step_cost": {"1": [1.0, 2.2996, 3.1998], "2": [1.0, 1.7678, 2.5088]},  # the run's measure
+                    "prior_acceptance": {"reasoning": 0.515, "answer": 0.925}})
+    for tokens, ms in (([1, 1], 43.08), ([2, 1], 62.0), ([2, 2], 76.43), ([3, 1], 81.41), ([3, 2], 74.34)):
+        for _ in range(3):
+            policy.policy.costs.observe_step(tokens, ms / 1000)
+    policy.add("r", [THINK])
+    policy.add("a", [THINK, 5, END_THINK])
+    policy.step({"r", "a"})
+    assert policy.depth("a") == 2 and policy.depth("r") in (0, 1)
+
+
 def test_relative_answers_for_the_batch_asked() -> None:
     """A request priced in a batch of two before any two-request step ran gets two requests'
     prior shape, not the one-request timings of the latest step."""
