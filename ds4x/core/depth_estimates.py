@@ -251,8 +251,9 @@ class StepCosts:
         """Cost of 1..K_max+1 tokens at the current batch, or at `requests` (else the
         nearest timed one, without priors by batch size); untimed entries scaled from
         the prior by every timed shape, each against the prior's price of it (so a
-        masked step's saving moves the untimed lengths too). Seconds where the batch
-        has timings, else the prior's own units: compare answers of one batch size only."""
+        masked step's saving moves the untimed lengths too), and none above a longer one's.
+        Seconds where the batch has timings, else the prior's own units: compare answers of
+        one batch size only."""
         asked = self.batch if requests is None else requests
         if self._relative is None:
             self._relative = {}
@@ -266,6 +267,8 @@ class StepCosts:
             scale = sum(m / between(prior, shape, n) for shape, m in seen.items()) / len(seen) if seen else 1.0
             uniform = _uniform(seen, n)
             answer = self._relative[asked] = [uniform.get(t, prior[t - 1] * scale) for t in range(1, len(prior) + 1)]
+            for t in range(len(answer) - 2, -1, -1):  # fewer tokens a request cost no more (step_cost)
+                answer[t] = min(answer[t], answer[t + 1])
         return answer
 
     def timed(self, shape: Shape, requests: int) -> bool:

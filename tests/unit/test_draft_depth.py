@@ -402,6 +402,17 @@ def test_a_step_costs_no_more_than_a_timed_step_that_holds_it() -> None:
     assert best == 2 and rates[2] > rates[1] * 1.05
 
 
+def test_a_uniform_length_costs_no_more_than_a_longer_one() -> None:
+    """Under verify "batch" too: depth 0, last timed in a dear spell above depth 1, is priced at depth
+    1's cost, and a shape between them on that."""
+    costs = est.StepCosts(prior=[1.0, 2.0, 3.0])
+    for tokens, seconds in ((1, 0.050), (2, 0.040), (3, 0.060)):
+        for _ in range(3):
+            costs.observe(tokens, seconds, requests=2)
+    assert costs.relative() == pytest.approx([0.040, 0.040, 0.060])
+    assert costs.step_cost((1, 2), 2) == pytest.approx(0.040)
+
+
 def test_a_mixed_pair_arriving_on_a_stale_dear_0_plus_2_keeps_the_answer_deep() -> None:
     """The same round through the policy: a reasoning and an answering request arrive together on those
     costs; the answer is set to 2 and the reasoning request to 0 or 1, never the reverse."""

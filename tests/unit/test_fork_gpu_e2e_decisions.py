@@ -152,8 +152,8 @@ def test_each_twin_runs_next_to_its_policy_first_on_odd_turns(monkeypatch: pytes
     (second on even turns, first on odd), the pairs rotated by the turn; a policy without a twin
     stands alone."""
     e2e = e2e_script(monkeypatch)
-    ran = [(name, {}) for name in ("fixed 2", "phase 0/2", "adaptive", "phase 0/2 per request",
-                                   "adaptive per request")]
+    names_run = ("fixed 2", "phase 0/2", "adaptive", "phase 0/2 per request", "adaptive per request")
+    ran: list[tuple[str, dict[str, Any]]] = [(name, {}) for name in names_run]
     names = [[name for name, _ in e2e.cell_order(ran, turn)] for turn in range(4)]
     assert names[0] == ["fixed 2", "phase 0/2", "phase 0/2 per request", "adaptive", "adaptive per request"]
     assert names[1] == ["phase 0/2 per request", "phase 0/2", "adaptive per request", "adaptive", "fixed 2"]
