@@ -183,7 +183,8 @@ class StepCosts:
 
     Under verify "request" a step's requests verify different lengths: such a
     step is timed by its shape (Shape), and `step_cost` prices a shape by its own
-    timings, or else between the uniform lengths around its tokens a request."""
+    timings, or else between the uniform lengths around its tokens a request, never
+    above a timed shape that holds it."""
 
     prior: list[float]
     by_batch: dict[int, list[float]] = field(default_factory=dict)
