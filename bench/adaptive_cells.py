@@ -2,7 +2,7 @@
 object kept across cells as the engine keeps it, each step costing what a committed run measured.
 
     python -m bench.adaptive_cells bench/results/h200-e2e-mixed-in-batch [--rounds N] [--seeds 8]
-        [--policy "adaptive per request"] [--steps]
+        [--policy "adaptive per request"] [--steps] [--drift]
 
 bench/adaptive_mixed.py prices one mixed batch from a fresh policy in steady state. The benchmark is
 unlike that: each round runs a reasoning pair, an answering pair and a mixed pair (e2e.py's
@@ -18,6 +18,9 @@ A policy without verify "request" (today's) verifies the deepest depth its reque
 both: the baseline of the per-request twins. Step costs as adaptive_mixed.step_costs gives them (a
 shape no cell ran, such as 0 + 1, between the uniform ones), acceptance as the run's phase-pure
 cells measured it, rounds and tokens as it ran.
+--drift: each cell's steps cost what they did at that cell's time on the engine (host_drift: fixed
+K's step in the same round, phase and draw over its median in that phase), so live step costs
+carry a slow spell into later cells as the engine's did.
 Prints, per kind of cell, the mean steady tok/s over rounds and seeds, and the depths run most
 (--steps: each cell's depths, step by step). Exit 1, naming why, on a run adaptive_mixed cannot
 price or an unknown policy.
@@ -30,9 +33,10 @@ import random
 import statistics
 import sys
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench import adaptive_mixed, e2e_decode
 from bench.printed import print_or_fail
@@ -78,8 +82,10 @@ class Replay:
         self.rounds = len({cell["round"] for cell in res.spec["cells"]})
         self.draws: int = res.spec.get("mixed_draws", 1)  # mixed cells a round (e2e.py's E2E_MIXED_DRAWS)
 
-    def cell(self, phases: Sequence[str]) -> Cell:
+    def cell(self, phases: Sequence[str], slowdown: float = 1.0) -> Cell:
+        """slowdown: the host's then, a factor on every step's cost."""
         policy, strategy = self.policy, self.policy.strategy
+        cost = self.cost if slowdown == 1.0 else (lambda depths: self.cost(depths) * slowdown)
         names = [f"r{self.ids + i}" for i in range(len(phases))]
         self.ids += len(phases)
         states = [policy.add(name, prompt(phase), None) for name, phase in zip(names, phases)]
@@ -90,7 +96,7 @@ class Replay:
         while max(made) < self.tokens:  # to the first request done, as the benchmark's window ends
             depths = depth_mixed.verified_depths(policy, chosen[-LAG])
             sampled, seconds = depth_mixed.verify_step(policy, names, [self.rates[p] for p in phases], depths,
-                                                       self.cost, self.rng, [self.tokens - m for m in made])
+                                                       cost, self.rng, [self.tokens - m for m in made])
             made = [m + n for m, n in zip(made, sampled)]
             out.tokens, out.seconds = out.tokens + sum(sampled), out.seconds + seconds
             out.steps.append(depths)
@@ -101,22 +107,35 @@ class Replay:
         return out
 
 
-def cells(name: str, resdir: Path, rounds: int | None, seeds: int) -> dict[str, list[Cell]]:
+def host_drift(spec: Mapping[str, Any]) -> dict[tuple[int, str, int], float]:
+    """(round, phase, draw) -> the host's slowdown in that two-request cell: fixed K's step there over
+    its median in the run's cells of that phase."""
+    fixed = [c for c in spec["cells"] if c["policy"] == f"fixed {K}" and c["requests"] == 2]
+    step = {id(c): c["steps"][str(K)]["median_ms"] for c in fixed}
+    typical = {phase: statistics.median(step[id(c)] for c in fixed if c["phase"] == phase) for phase in CELLS}
+    return {(c["round"], c["phase"], c.get("draw", 0)): step[id(c)] / typical[c["phase"]] for c in fixed}
+
+
+def cells(name: str, resdir: Path, rounds: int | None, seeds: int, drift: bool = False) -> dict[str, list[Cell]]:
     """Each kind of cell of every round (None: as many as the run ran), every seed (e2e.py warms up
-    on other policies' objects: the policy's first cell is recorded)."""
+    on other policies' objects: the policy's first cell is recorded); `drift`: each at its host's slowdown."""
     out: dict[str, list[Cell]] = {kind: [] for kind in CELLS}
     run = adaptive_mixed.priced(resdir)
+    slowdowns = host_drift(run[0].spec) if drift else {}
     for seed in range(seeds):
         replay = Replay(name, run, random.Random(seed))
-        for _ in range(rounds or replay.rounds):
+        for round_ in range(rounds or replay.rounds):
             for kind, phases in CELLS.items():
-                out[kind] += [replay.cell(phases) for _ in range(replay.draws if kind == "mixed" else 1)]
+                out[kind] += [replay.cell(phases, slowdowns.get((round_ % replay.rounds, kind, draw), 1.0))
+                              for draw in range(replay.draws if kind == "mixed" else 1)]
     return out
 
 
-def lines(resdir: Path, name: str, rounds: int | None, seeds: int, steps: bool = False) -> list[str]:
-    replayed = cells(name, resdir, rounds, seeds)
-    out = [f"{resdir.name}: {name}, {len(replayed['reasoning']) // seeds} rounds, {seeds} seeds"]
+def lines(resdir: Path, name: str, rounds: int | None, seeds: int, steps: bool = False,
+          drift: bool = False) -> list[str]:
+    replayed = cells(name, resdir, rounds, seeds, drift)
+    out = [f"{resdir.name}: {name}, {len(replayed['reasoning']) // seeds} rounds, {seeds} seeds"
+           + (", each cell at the host's speed then" if drift else "")]
     for kind, runs in replayed.items():
         counts = Counter("+".join(map(str, sorted(d))) for cell in runs for d in cell.steps)
         most = ", ".join(f"{d} {n / counts.total():.0%}" for d, n in counts.most_common(3))
@@ -133,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="rounds (default: as many as the run ran)")
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--steps", action="store_true", help="each cell's depths, step by step")
+    parser.add_argument("--drift", action="store_true", help="each cell's steps at the host's speed then")
     args = parser.parse_args(argv)
-    return print_or_fail(args.resdir, lambda: lines(args.resdir, args.policy, args.rounds, args.seeds, args.steps))
+    return print_or_fail(args.resdir, lambda: lines(args.resdir, args.policy, args.rounds, args.seeds, args.steps,
+                                                    args.drift))
 
 
 if __name__ == "__main__":

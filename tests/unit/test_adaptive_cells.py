@@ -110,3 +110,21 @@ def test_a_run_with_mixed_draws_replays_the_mixed_pair_once_a_draw(tmp_path: Pat
     got = adaptive_cells.cells("phase 0/2 per request", tmp_path, rounds=1, seeds=1)
     assert {kind: len(cells) for kind, cells in got.items()} == {"reasoning": 1, "answer": 1, "mixed": 2}
     assert adaptive_cells.lines(tmp_path, "phase 0/2 per request", None, 1)[0].endswith(", 2 rounds, 1 seeds")
+
+
+def test_drift_replays_each_cell_at_the_host_s_slowdown_then() -> None:
+    """--drift on bench/results/h200-dsv4-e2e-draws: round 0's third mixed draw, the slow spell in which
+    the engine's adaptive per request last timed 0 + 2, costs 1.145x; so replayed, adaptive per request
+    comes within 1% of phase 0/2 per request on the mixed pair and no cell runs 1 + 2 throughout, as the
+    engine's round 1 did: the replay does not reproduce that trap (docs/mixed-batches.md)."""
+    run = RESULTS / "h200-dsv4-e2e-draws"
+    slowdowns = adaptive_cells.host_drift(json.loads((run / "e2e-spec.json").read_text()))
+    assert len(slowdowns) == 10 and round(slowdowns[0, "mixed", 2], 3) == 1.145
+    assert statistics.median(v for (_, phase, _), v in slowdowns.items() if phase == "mixed") == 1.0
+    lines = {policy: adaptive_cells.lines(run, policy, None, 8, drift=True)
+             for policy in ("adaptive per request", "phase 0/2 per request")}
+    assert lines["adaptive per request"][0].endswith("8 seeds, each cell at the host's speed then")
+    mixed = {policy: float(out[3].split()[1]) for policy, out in lines.items()}
+    assert mixed == {"adaptive per request": 53.39, "phase 0/2 per request": 53.89}
+    cells = adaptive_cells.cells("adaptive per request", run, None, 8, drift=True)["mixed"]
+    assert not any(all(sorted(step) == [1, 2] for step in cell.steps) for cell in cells)
