@@ -110,10 +110,10 @@ class Replay:
 def host_drift(spec: Mapping[str, Any]) -> dict[tuple[int, str, int], float]:
     """(round, phase, draw) -> the host's slowdown in that two-request cell: fixed K's step there over
     its median in the run's cells of that phase."""
-    fixed = [c for c in spec["cells"] if c["policy"] == f"fixed {K}" and c["requests"] == 2]
-    step = {id(c): c["steps"][str(K)]["median_ms"] for c in fixed}
-    typical = {phase: statistics.median(step[id(c)] for c in fixed if c["phase"] == phase) for phase in CELLS}
-    return {(c["round"], c["phase"], c.get("draw", 0)): step[id(c)] / typical[c["phase"]] for c in fixed}
+    step = {(c["round"], c["phase"], c.get("draw", 0)): c["steps"][str(K)]["median_ms"]
+            for c in spec["cells"] if c["policy"] == f"fixed {K}" and c["requests"] == 2}
+    typical = {phase: statistics.median(ms for (_, p, _), ms in step.items() if p == phase) for phase in CELLS}
+    return {key: ms / typical[key[1]] for key, ms in step.items()}
 
 
 def cells(name: str, resdir: Path, rounds: int | None, seeds: int, drift: bool = False) -> dict[str, list[Cell]]:
