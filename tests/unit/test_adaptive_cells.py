@@ -120,7 +120,7 @@ def test_drift_replays_each_cell_at_the_host_s_slowdown_then() -> None:
     run = RESULTS / "h200-dsv4-e2e-draws"
     slowdowns = adaptive_cells.host_drift(json.loads((run / "e2e-spec.json").read_text()))
     assert len(slowdowns) == 10 and round(slowdowns[0, "mixed", 2], 3) == 1.145
-    assert statistics.median(v for (_, phase, _), v in slowdowns.items() if phase == "mixed") == 1.0
+    assert round(slowdowns[1, "mixed", 2], 3) == 0.98  # 88.2 ms against the mixed cells' 90.0
     lines = {policy: adaptive_cells.lines(run, policy, None, 8, drift=True)
              for policy in ("adaptive per request", "phase 0/2 per request")}
     assert lines["adaptive per request"][0].endswith("8 seeds, each cell at the host's speed then")

@@ -403,14 +403,15 @@ def test_a_step_costs_no_more_than_a_timed_step_that_holds_it() -> None:
 
 
 def test_a_uniform_length_costs_no_more_than_a_longer_one() -> None:
-    """Under verify "batch" too: depth 0, last timed in a dear spell above depth 1, is priced at depth
-    1's cost, and a shape between them on that."""
+    """Under verify "batch" too (best_depth prices on relative): depth 0, last timed in a dear spell
+    above depth 1, is priced at depth 1's cost, so a request whose drafts are never accepted stays at 0
+    (the shallower on a tie) rather than verify a draft because a stale depth 0 looked dearer."""
     costs = est.StepCosts(prior=[1.0, 2.0, 3.0])
     for tokens, seconds in ((1, 0.050), (2, 0.040), (3, 0.060)):
         for _ in range(3):
             costs.observe(tokens, seconds, requests=2)
     assert costs.relative() == pytest.approx([0.040, 0.040, 0.060])
-    assert costs.step_cost((1, 2), 2) == pytest.approx(0.040)
+    assert est.best_depth([0.0, 0.0], costs.relative(), [0, 1, 2])[0] == 0
 
 
 def test_a_mixed_pair_arriving_on_a_stale_dear_0_plus_2_keeps_the_answer_deep() -> None:
