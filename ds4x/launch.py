@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ds4x import launch_advice, launch_args
+from ds4x.checkout import HOME
 from ds4x.core import bounded, draft_depth, overlap_plan
 from ds4x.core import moe_placement as mp
 from ds4x.core.named_policies import named_policies
@@ -59,6 +60,9 @@ def lines(args: PlanRequest, result: Plan, profile: dict[str, Any] | None) -> tu
                  f"{DEFAULT_POLICY.name}: the best measured while reasoning, within noise answering "
                  f"(docs/measured-on-gpu.md)")
     spec = {"method": "dspark", "num_speculative_tokens": k, "draft_depth": depth}
+    if own := launch_advice.own_depths(None, spec, k, HOME.root, args.max_num_seqs):  # what --check-launch advises
+        spec["draft_depth"] = own.draft_depth
+        depth_why += "; each request of a batch verifies its own depth (docs/mixed-batches.md)"
     env = [
         Line("LVLLM_MOE_NUMA_ENABLED", "1", "the fork runs the routed experts of CPU layers on lk_moe"),
         Line("LVLLM_GPU_RESIDENT_MOE_LAYERS", resident,
@@ -275,7 +279,8 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
     except (ValueError, KeyError, TypeError, draft_depth.DraftDepthError) as e:
         errors.append(f"--speculative-config: {str(e)[:400]}")
         return
-    advice = launch_advice.advise(spec, k, profile)
+    seqs = launch.options.get("--max-num-seqs")
+    advice = launch_advice.advise(spec, k, profile, max_num_seqs=int(seqs) if seqs and seqs.isdigit() else None)
     if advice:
         warnings.append(advice.message)
         found.fixes.append(launch_args.Fix("--speculative-config", "draft_depth", advice.draft_depth, advice.message))

@@ -1,7 +1,8 @@
 """`plan --check-launch`'s draft-depth advice: a script that speculates with no
 draft_depth (or a policy that measured worse) gets one finding with figures, from
 `plan --measure`'s profile when given, else from the committed H200 measurements,
-and the exact draft_depth object to add."""
+and the exact draft_depth object to add; where batches of two or more run, that
+object (or the script's own) verifies each request's own depth (own_depths)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from typing import Any
 from ds4x.checkout import HOME
 from ds4x.core import draft_depth
 from ds4x.core.depth_estimates import expected_tokens_by_depth
-from ds4x.core.named_policies import named_policies
+from ds4x.core.named_policies import PER_REQUEST, named_policies
 from ds4x.errors import InputError
 
 RESULTS = "bench/results"
 RUNS = "h200-e2e*/e2e-spec.json"  # the end-to-end runs on the H200 stand-in, each policy per round and phase
 DSV4_RUN = "h200-dsv4-e2e-10-layers/e2e-spec.json"  # DeepSeek-V4 + DSpark, CPU experts at a real box's share, one request
+MIXED_RUNS = "h200-dsv4-e2e*/e2e-spec.json"  # DeepSeek-V4 + DSpark runs; those with per-request twins hold mixed pairs
 SAMPLED_WITH = "greedy"  # ci/fork-gpu/case.py: the draft_sample_method of the measured runs
 
 
@@ -53,10 +55,23 @@ def committed_ratios(policy: str, against: str, results: Path,
 
 
 def _median_ratio(cells: list[dict[str, Any]], policy: str, against: str, requests: int, phase: str) -> float | None:
+    """The median over a run's rounds (and mixed draws) of `policy`'s tok/s over `against`'s."""
     mine = [c for c in cells if c["phase"] == phase and c["requests"] == requests]
-    base = {c["round"]: c["tok_s"] for c in mine if c["policy"] == against}
-    ratios = [c["tok_s"] / base[c["round"]] for c in mine if c["policy"] == policy and c["round"] in base]
+    base = {(c["round"], c.get("draw", 0)): c["tok_s"] for c in mine if c["policy"] == against}
+    ratios = [c["tok_s"] / base[key] for c in mine
+              if c["policy"] == policy and (key := (c["round"], c.get("draw", 0))) in base]
     return statistics.median(ratios) if ratios else None
+
+
+def mixed_ratios(policy: str, results: Path) -> list[float]:
+    """Per committed DeepSeek-V4 + DSpark run with mixed pairs: the median ratio of `policy`'s
+    per-request twin to `policy` in a batch of a reasoning and an answering request."""
+    out = []
+    for path in sorted(results.glob(MIXED_RUNS)):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        if (ratio := _median_ratio(cells, policy + PER_REQUEST, policy, 2, "mixed")) is not None:
+            out.append(ratio)
+    return out
 
 
 WHY = {draft_depth.REASONING: "verifies drafts while reasoning too", draft_depth.ANSWER: "verifies fewer drafts while answering"}
@@ -120,11 +135,18 @@ def from_profile(config: draft_depth.DraftDepthConfig, k: int, profile: dict[str
 
 
 def advise(spec: dict[str, Any], k: int, profile: tuple[dict[str, Any], Path] | None,
-           root: Path = HOME.root) -> Advice | None:
-    """The finding for a parsed --speculative-config, None when its policy is the advised one."""
+           root: Path = HOME.root, max_num_seqs: int | None = None) -> Advice | None:
+    """The finding for a parsed --speculative-config, None when its policy is the advised one
+    (max_num_seqs: the script's --max-num-seqs, None where it leaves vLLM's default)."""
+    return own_depths(_policy_advice(spec, k, profile, root), spec, k, root, max_num_seqs)
+
+
+def _policy_advice(spec: dict[str, Any], k: int, profile: tuple[dict[str, Any], Path] | None,
+                   root: Path) -> Advice | None:
     config = draft_depth.parse_draft_depth(spec.get("draft_depth"), k)
     if profile:
         try:
+            draft_depth.parse_draft_depth(profile[0]["draft_depth"], k)  # the object it would advise (a ValueError)
             return from_profile(config, k, *profile)
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
             raise InputError(f"--profile {profile[1]}: not a plan --measure profile ({type(e).__name__}: "
@@ -134,3 +156,25 @@ def advise(spec: dict[str, Any], k: int, profile: tuple[dict[str, Any], Path] | 
         return None  # a policy of its own, or adaptive: measured within noise of the best fixed depth
     keep = {} if config.verify == "batch" else {"verify": config.verify}
     return from_committed(current, k, spec.get("draft_sample_method"), root, keep)
+
+
+def own_depths(advice: Advice | None, spec: dict[str, Any], k: int, root: Path,
+               max_num_seqs: int | None) -> Advice | None:
+    """`advice`, its object (else the script's) also verifying each request's own depth where batches
+    of two or more can run and its policy's per-request twin was measured on mixed pairs (a reasoning
+    and an answering request: under "batch" both verify the answer's depth)."""
+    given = advice.draft_depth if advice else spec.get("draft_depth")
+    config = draft_depth.parse_draft_depth(given, k)
+    name = policy_name(config, k)
+    if (max_num_seqs is not None and max_num_seqs < 2) or config.verify == "request" or name is None:
+        return advice
+    if not (ratios := mixed_ratios(name, root / RESULTS)):
+        return advice  # fixed depths have no twin: every request verifies the same
+    obj = {**(given or {}), "verify": "request"}
+    why = (f"at --max-num-seqs {max_num_seqs or 'unset'} a reasoning and an answering request share steps, "
+           f"which verify the answer's depth for both; with \"verify\": \"request\" each verifies its own "
+           f"(lossless): {name} per request measured {min(ratios):.2f}-{max(ratios):.2f}x {name} on such pairs "
+           f"({len(ratios)} committed H200 DeepSeek-V4 + DSpark runs: {RESULTS}/{MIXED_RUNS})")
+    if advice:
+        return Advice(f"{advice.message.replace(json.dumps(advice.draft_depth), json.dumps(obj))}; {why}", obj)
+    return Advice(f"{why}: add \"draft_depth\": {json.dumps(obj)}", obj)

@@ -38,13 +38,14 @@ def test_the_generated_script_runs_and_passes_its_check(tmp_path: Path, capsys: 
     options = dict(zip(argv[2::2], argv[3::2]))
     assert options["--max-model-len"] == "1048576" and options["--max-num-seqs"] == "2"
     spec = json.loads(options["--speculative-config"])
-    assert spec["method"] == "dspark" and spec["draft_depth"] == launch.PHASE_02
+    assert spec["method"] == "dspark" and spec["draft_depth"] == {**(launch.PHASE_02 or {}), "verify": "request"}
     env = dict(line.split("=", 1) for line in (tmp_path / "env").read_text().splitlines() if "=" in line)
     assert env["LVLLM_GPU_RESIDENT_MOE_LAYERS"] == "0,1"  # what plan says fits
     assert 0 < int(env["LK_THREADS"]) < (os.cpu_count() or 1) or (os.cpu_count() or 1) == 1
     assert launch.read(script).options == options  # the reader sees what bash passes
     capsys.readouterr()
     assert main(["plan", "--check-launch", str(script)]) == (1 if (os.cpu_count() or 1) == 1 else 0)
+    assert "draft_depth" not in capsys.readouterr().out  # nothing to advise: what the check advises was written
 
 
 def hand_written(tmp_path: Path, threads: int | str, layers: str = "0,1", util: str = "0.92", spec: str = SPEC,

@@ -20,9 +20,14 @@ PROFILE = {"draft_depth": {"policy": "adaptive", "step_cost": [1.0, 2.2, 2.98]},
            "measured": {"acceptance": {"reasoning": 0.39, "answer": 0.89}, "lk_threads": 12}}
 
 
-def findings(tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, *extra: str) -> list[str]:
+PHASE_0_2 = named_policies(2)["phase 0/2"].draft_depth or {}
+ADVISED = {**PHASE_0_2, "verify": "request"}  # the user's script runs two requests (--max-num-seqs 2)
+SHARED = "a reasoning and an answering request share steps"
+
+
+def findings(tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, *extra: str, seqs: int = 2) -> list[str]:
     script = tmp_path / "serve.sh"
-    script.write_text(USERS.format(threads=1, spec=spec))
+    script.write_text(USERS.format(threads=1, spec=spec).replace("--max-num-seqs 2", f"--max-num-seqs {seqs}"))
     main(["plan", "--check-launch", str(script), *extra])
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: ") and "draft" in line]
 
@@ -35,7 +40,7 @@ def test_fixed_k_gets_the_committed_figures_and_the_object(tmp_path: Path, capsy
     assert "committed H200 measurements" in line
     on_v4 = launch_advice.on_deepseek_v4("phase 0/2", "fixed 2", HOME.root)
     assert on_v4.startswith("; on DeepSeek-V4 + DSpark") and "x reasoning" in on_v4 and on_v4 in line, line
-    assert json.dumps(named_policies(2)["phase 0/2"].draft_depth) in line
+    assert f'add "draft_depth": {json.dumps(ADVISED)}' in line and f"at --max-num-seqs 2 {SHARED}" in line
 
 
 def test_a_policy_worse_while_answering_gets_the_answering_figures(tmp_path: Path,
@@ -48,13 +53,32 @@ def test_a_policy_worse_while_answering_gets_the_answering_figures(tmp_path: Pat
     figures = [f"{min(r[i] for r in runs):.2f}-{max(r[i] for r in runs):.2f}x" for i in (0, 1)]
     assert (f"fixed 0 verifies fewer drafts while answering: phase 0/2 measured {figures[0]} fixed 0 there at one "
             f"request, {figures[1]} at two") in line, line
-    assert "while reasoning" not in line and json.dumps(named_policies(2)["phase 0/2"].draft_depth) in line
+    assert "while reasoning" not in line and json.dumps(ADVISED) in line
 
 
 def test_the_advised_policy_gets_no_finding(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = json.dumps({"method": "dspark", "num_speculative_tokens": 2,
-                       "draft_depth": named_policies(2)["phase 0/2"].draft_depth})
-    assert findings(tmp_path, capsys, spec) == []
+    """phase 0/2 with each request verifying its own depth; or under "batch" where one request runs."""
+    spec = {"method": "dspark", "num_speculative_tokens": 2, "draft_depth": ADVISED}
+    assert findings(tmp_path, capsys, json.dumps(spec)) == []
+    assert findings(tmp_path, capsys, json.dumps({**spec, "draft_depth": PHASE_0_2}), seqs=1) == []
+
+
+def test_batches_of_two_are_advised_each_request_s_own_depth(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """phase 0/2 under "batch" at --max-num-seqs 2: its per-request twin's mixed pairs in the committed
+    H200 DeepSeek-V4 runs, and the object with "verify": "request"; fixed 2 has no twin to cite."""
+    ratios = launch_advice.mixed_ratios("phase 0/2", HOME.root / launch_advice.RESULTS)
+    assert len(ratios) >= 5 and min(ratios) > 1.0  # every committed run: the twin gained on mixed pairs
+    spec = {"method": "dspark", "num_speculative_tokens": 2, "draft_depth": PHASE_0_2}
+    [line] = findings(tmp_path, capsys, json.dumps(spec))
+    assert line == (f"warning: at --max-num-seqs 2 {SHARED}, which verify the answer's depth for both; with "
+                    f'"verify": "request" each verifies its own (lossless): phase 0/2 per request measured '
+                    f"{min(ratios):.2f}-{max(ratios):.2f}x phase 0/2 on such pairs ({len(ratios)} committed H200 "
+                    f"DeepSeek-V4 + DSpark runs: bench/results/h200-dsv4-e2e*/e2e-spec.json): add "
+                    f'"draft_depth": {json.dumps(ADVISED)}')
+    assert launch_advice.mixed_ratios("fixed 2", HOME.root / launch_advice.RESULTS) == []
+    readme = " ".join((HOME.root / "README.md").read_text().split())
+    assert f"phase 0/2 per request {min(ratios):.2f}-{max(ratios):.2f}x" in readme  # the README quotes them
 
 
 def test_drafts_not_greedy_are_advised_adaptive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -88,7 +112,9 @@ def test_the_profile_measure_writes_is_read_by_running_requests(tmp_path: Path,
 
 
 @pytest.mark.parametrize("profile", [{}, {"draft_depth": {"step_cost": [1.0, 0.0]}, "measured": {"acceptance": {}}},
-                                     {"draft_depth": {"step_cost": "fast"}, "measured": {"acceptance": {"reasoning": 1}}}])
+                                     {"draft_depth": {"step_cost": "fast"}, "measured": {"acceptance": {"reasoning": 1}}},
+                                     {"draft_depth": {"policy": "adaptive", "step_cost": [1.0, 2.2, 2.98], "smoothing": 5},
+                                      "measured": PROFILE["measured"]}])
 def test_a_profile_that_is_not_measures_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                           profile: dict[str, object]) -> None:
     path = tmp_path / "profile.json"
@@ -135,5 +161,6 @@ def test_verify_per_request_is_advised_as_its_policy_is_and_kept(tmp_path: Path,
     fixed0 = named_policies(2)["fixed 0"].draft_depth or {}
     plain = findings(tmp_path, capsys, json.dumps({**json.loads(SPEC), "draft_depth": fixed0}))
     own = findings(tmp_path, capsys, json.dumps({**json.loads(SPEC), "draft_depth": {**fixed0, "verify": "request"}}))
-    advised = json.dumps({**(named_policies(2)["phase 0/2"].draft_depth or {}), "verify": "request"})
-    assert len(own) == 1 and own[0] == plain[0].replace(json.dumps(named_policies(2)["phase 0/2"].draft_depth), advised)
+    assert len(own) == len(plain) == 1 and json.dumps(ADVISED) in own[0] and json.dumps(ADVISED) in plain[0]
+    assert SHARED in plain[0] and SHARED not in own[0]  # the script's own "verify" was kept, not advised again
+    assert own[0] == plain[0][:plain[0].index(f"; at --max-num-seqs 2 {SHARED}")]

@@ -44,7 +44,8 @@ def test_write_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
            {k: v for k, v in after.options.items() if k not in changed}  # port, model, parsers, kwargs kept
     assert {**before.env, "LK_THREADS": "12", "OMP_NUM_THREADS": "1"} == after.env
     spec = json.loads(after.options["--speculative-config"])
-    assert spec == {**json.loads(SPEC), "draft_depth": named_policies(2)["phase 0/2"].draft_depth}
+    assert spec == {**json.loads(SPEC), "draft_depth": {**(named_policies(2)["phase 0/2"].draft_depth or {}),
+                                                         "verify": "request"}}  # two requests: each its own depth
     assert json.loads(after.options["--compilation-config"]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
     text = out.read_text()
     assert text.count(MARK) == 4 and "# what fits on my 5090" in text and "# my DeepSeek-V4 server" in text
