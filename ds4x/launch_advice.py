@@ -161,15 +161,16 @@ def _policy_advice(spec: dict[str, Any], k: int, profile: tuple[dict[str, Any], 
 def own_depths(advice: Advice | None, spec: dict[str, Any], k: int, root: Path,
                max_num_seqs: int | None) -> Advice | None:
     """`advice`, its object (else the script's) also verifying each request's own depth where batches
-    of two or more can run and its policy's per-request twin was measured on mixed pairs (a reasoning
-    and an answering request: under "batch" both verify the answer's depth)."""
+    of two or more can run and its policy's per-request twin gained on mixed pairs (a reasoning and an
+    answering request: under "batch" both verify the answer's depth) in every committed run."""
     given = advice.draft_depth if advice else spec.get("draft_depth")
     config = draft_depth.parse_draft_depth(given, k)
     name = policy_name(config, k)
     if (max_num_seqs is not None and max_num_seqs < 2) or config.verify == "request" or name is None:
         return advice
-    if not (ratios := mixed_ratios(name, root / RESULTS)):
-        return advice  # fixed depths have no twin: every request verifies the same
+    ratios = mixed_ratios(name, root / RESULTS)
+    if not ratios or min(ratios) <= 1.0:  # no twin (fixed depths), or one that lost in a run
+        return advice
     obj = {**(given or {}), "verify": "request"}
     why = (f"at --max-num-seqs {max_num_seqs or 'unset'} a reasoning and an answering request share steps, "
            f"which verify the answer's depth for both; with \"verify\": \"request\" each verifies its own "
