@@ -192,14 +192,18 @@ def _kv_dtype(text: str) -> str:
     return text
 
 
+def _num_seqs(text: str) -> int:
+    """vLLM refuses 0; more requests than tokens in the shared KV pool cannot all hold one."""
+    return bounded.whole(text, 1, MAX_MODEL_LEN)
+
+
 _SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
     "--max-model-len": ("max_model_len", lambda text: bounded.whole(text, 1, MAX_MODEL_LEN)),
     "--gpu-memory-utilization": ("gpu_memory_utilization", _utilization),
     "--kv-cache-dtype": ("kv_cache_dtype", _kv_dtype),
     "--tensor-parallel-size": ("tp", lambda text: bounded.whole(text, 1, MAX_PARALLEL)),
     "--pipeline-parallel-size": ("pp", lambda text: bounded.whole(text, 1, MAX_PARALLEL)),
-    # vLLM refuses 0; more requests than tokens in the shared KV pool cannot all hold one
-    "--max-num-seqs": ("max_num_seqs", lambda text: bounded.whole(text, 1, MAX_MODEL_LEN)),
+    "--max-num-seqs": ("max_num_seqs", _num_seqs),
 }
 """the script's memory settings the plan is recomputed at: option -> (PlanRequest field, parse)"""
 
@@ -279,13 +283,22 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
     except (ValueError, KeyError, TypeError, draft_depth.DraftDepthError) as e:
         errors.append(f"--speculative-config: {str(e)[:400]}")
         return
-    seqs = launch.options.get("--max-num-seqs")
-    advice = launch_advice.advise(spec, k, profile, max_num_seqs=int(seqs) if seqs and seqs.isdigit() else None)
+    advice = launch_advice.advise(spec, k, profile, max_num_seqs=_max_num_seqs(launch))
     if advice:
         warnings.append(advice.message)
         found.fixes.append(launch_args.Fix("--speculative-config", "draft_depth", advice.draft_depth, advice.message))
     _check_graphs(launch, found)
     _check_graph_depths(config, k, spec.get("draft_depth"), found, fixed=bool(advice))
+
+
+def _max_num_seqs(launch: Launch) -> int | None:
+    """The script's --max-num-seqs, parsed as the plan reads it; None where unset or refused
+    (_check_memory reports a value it refuses)."""
+    text = launch.options.get("--max-num-seqs")
+    try:
+        return None if text is None else _num_seqs(text)
+    except bounded.BoundError:
+        return None
 
 
 def _check_graphs(launch: Launch, found: Findings) -> None:
