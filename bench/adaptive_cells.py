@@ -40,10 +40,10 @@ from typing import Any
 
 from bench import adaptive_mixed, e2e_decode
 from bench.printed import print_or_fail
-from ds4x.core import depth_mixed
-from ds4x.core.depth_sim import conditional, depth_policy, prompt
-from ds4x.core.named_policies import any_policy
-from ds4x.core.phase_tracker import ANSWER, REASONING
+from vllm_ds4x.depth import mixed as depth_mixed
+from vllm_ds4x.depth.named_policies import any_policy
+from vllm_ds4x.depth.phase_tracker import ANSWER, REASONING
+from vllm_ds4x.depth.sim import conditional, depth_policy, prompt
 
 K = e2e_decode.K
 LAG = 2  # async scheduling: a depth set at a step's end is verified two steps later

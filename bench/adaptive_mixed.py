@@ -23,9 +23,9 @@ from typing import Any
 
 from bench import e2e_decode, e2e_mixed
 from bench.printed import print_or_fail
-from ds4x.core import depth_mixed
-from ds4x.core.depth_estimates import between
-from ds4x.core.named_policies import any_policy
+from vllm_ds4x.depth import mixed as depth_mixed
+from vllm_ds4x.depth.estimates import between
+from vllm_ds4x.depth.named_policies import any_policy
 
 K = e2e_decode.K
 N = 2  # the mixed cells' two requests

@@ -7,13 +7,13 @@ One request decodes a reasoning section, then its answer. Each step verifies
 profile's `measured.step_seconds` says for 1 + d tokens, and each phase's
 acceptance at depth K is the profile's `measured.acceptance`.
 
-The profile is one `measure` wrote (`python -m vllm.ds4x measure`, `plan --measure`,
+The profile is one `measure` wrote (`python -m vllm_ds4x measure`, `plan --measure`,
 `bash ci/fork-gpu/measure`); by default the committed one of the H200 end-to-end run,
 bench/results/h200-e2e/measure.json: the stand-in's bf16 layer through cpu_decode at
 LK_THREADS=12, with no GPU side (`gpu_ms` 0), at measure's default acceptance. No
 profile of DeepSeek-V4-Flash's MXFP4 layer is committed, so none is the default.
 
-The simulation is the overlay's own (vllm/ds4x/depth_sim.py: the real DepthPolicy,
+The simulation is the overlay's own (vllm_ds4x/depth/sim.py: the real DepthPolicy,
 adaptive learning step costs from the simulated timings as the engine does live), as
 `measure` runs it on a machine's own curve.
 
@@ -29,7 +29,7 @@ With `--mixed` it also predicts a mixed batch of `--requests` (2: one reasoning 
 answering request; 4: two of each) on the profile's curve, at the profile's acceptance:
 every policy as the fork runs it today (the batch verifies the deepest depth any request
 chose) against each request verifying its own (one lk_moe call a layer for the step's
-tokens), by ds4x.core.depth_mixed; the rest of a step as for --overlap.
+tokens), by vllm_ds4x.depth.mixed; the rest of a step as for --overlap.
 
     python -m bench.depth_sim [--profile FILE] [--reasoning-tokens 3000 --answer-tokens 800 --seeds 20]
     python -m bench.depth_sim --overlap ubatch [--requests 2] [--gpu-ms MS ...] [--outside-ms MS] [--ubatch-gpu F]
@@ -44,8 +44,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ds4x.core import depth_mixed
-from ds4x.core import depth_sim as sim
+from vllm_ds4x.depth import mixed as depth_mixed
+from vllm_ds4x.depth import sim
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PROFILE = ROOT / "bench" / "results" / "h200-e2e" / "measure.json"
@@ -118,7 +118,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--answer-tokens", type=int, default=800)
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--profile", type=Path, default=DEFAULT_PROFILE,
-                   help="a profile written by `plan --measure` / `python -m vllm.ds4x measure` "
+                   help="a profile written by `plan --measure` / `python -m vllm_ds4x measure` "
                         f"(default: {DEFAULT_PROFILE.relative_to(ROOT)})")
     p.add_argument("--overlap", choices=["off", "ubatch"], default="off",
                    help="also predict LVLLM_MOE_OVERLAP=ubatch against off (default off: no overlap lines)")

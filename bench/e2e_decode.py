@@ -40,8 +40,8 @@ from typing import Any
 from bench import e2e_mixed
 from bench.counters import HarnessCounters
 from bench.e2e_mixed import NO_SPEC, spread
-from ds4x.core import depth_sim as sim
-from ds4x.core.named_policies import PER_REQUEST, any_policy, same_behaviour
+from vllm_ds4x.depth import sim
+from vllm_ds4x.depth.named_policies import PER_REQUEST, any_policy, same_behaviour
 
 K = 2
 BASELINE = f"fixed {K}"

@@ -30,9 +30,9 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ds4x.core import depth_mixed
-from ds4x.core.named_policies import PER_REQUEST, any_policy, named_policies, per_request_policies
-from ds4x.core.phase_tracker import PHASES
+from vllm_ds4x.depth import mixed as depth_mixed
+from vllm_ds4x.depth.named_policies import PER_REQUEST, any_policy, named_policies, per_request_policies
+from vllm_ds4x.depth.phase_tracker import PHASES
 
 MIXED = "mixed"
 NO_SPEC = "no speculation"

@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.counters import HarnessCounters
 from bench.e2e_decode import PREDICTION_SLACK, decode_problems, read_engine, read_json
-from ds4x.core import depth_sim as sim
+from vllm_ds4x.depth import sim
 
 BASE = "off"
 NAME = re.compile(r"e2e-(nospec|spec)-([a-z]+)\.json")

@@ -6,7 +6,7 @@ ids, -1 where the expert map has none), top-k weights (fp32) and a token count t
 hidden_states.size(0): inside a captured graph, the graph's padded size.
 
 One routed-expert layer of DeepSeek-V4-Flash's shape (256 experts, top-6, hidden 4096,
-intermediate 2048), built as `measure` builds it (vllm/ds4x/measure.py's _layer; MXFP4 by default,
+intermediate 2048), built as `measure` builds it (vllm_ds4x/measure/request.py's _layer; MXFP4 by default,
 3.2 GiB; --format bf16 is 12 GiB), is called with each masking form the API allows, in three
 scenarios: one request at depth 0 in a 3-slot graph (3 rows, rows 1-2 masked), two requests of
 3 slots, depths 0 and 2 (6 rows, rows 1-2 masked); and four requests at depths 0, 0, 2, 2 (12 rows,
@@ -137,9 +137,9 @@ def distinct(batch: Batch) -> int:
 
 
 def measure_module() -> ModuleType:
-    """ds4x.core's measure, found through the checkout root (lk_moe's Python has no ds4x installed)."""
+    """vllm_ds4x's measure, found through the checkout root (lk_moe's Python has no ds4x installed)."""
     sys.path.insert(0, str(ROOT))
-    from ds4x.core import measure
+    from vllm_ds4x.measure import request as measure
 
     return measure
 
@@ -198,7 +198,7 @@ class Caller:
 
 def engine(fmt: str, small: bool, seed: int) -> tuple[Caller, dict[str, Any], np.random.Generator]:
     measure_module()  # the checkout root on the path
-    from ds4x.core import measure_worker
+    from vllm_ds4x.measure import worker as measure_worker
 
     spec = layer_spec(fmt, small)
     moe, arrays = measure_worker._layer(spec)

@@ -28,8 +28,8 @@ from typing import Any
 from bench import e2e_mixed
 from bench.e2e_decode import K
 from bench.printed import print_or_fail
-from ds4x.core import depth_mixed
-from ds4x.core.named_policies import PER_REQUEST
+from vllm_ds4x.depth import mixed as depth_mixed
+from vllm_ds4x.depth.named_policies import PER_REQUEST
 
 
 def steps_text(cell: Mapping[str, Any]) -> str:

@@ -43,7 +43,7 @@ def precompiled(kernels: Path, out: Path) -> None:
     base = sources.fetch(target, sources.Settings(cache=sources.default_cache()))
     env = {**os.environ, "VLLM_USE_PRECOMPILED": "1", "VLLM_PRECOMPILED_WHEEL_LOCATION": str(kernels),
            "VLLM_TARGET_DEVICE": "cpu"}
-    with patched_tree(base, Layout(patches=ROOT / "patches", overlays=ROOT / "overlay")) as tree:
+    with patched_tree(base, Layout(patches=ROOT / "patches", overlays=ROOT)) as tree:
         subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(tree)],
                        env=env, check=True)
 

@@ -41,8 +41,8 @@ from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import init_none_hash
 from vllm.v1.outputs import DraftTokenIds
 
-from ds4x.core.named_policies import harness_policies
 from engine.scheduler_check import END_THINK, THINK, K, output, request, scheduler
+from vllm_ds4x.depth.named_policies import harness_policies
 
 WARM_UP = 20  # steps left out of every run: admission, first decisions
 GRAPHS = list(range(K + 1))

@@ -39,12 +39,12 @@ from bench.counters import HarnessCounters
 from bench.e2e_decode import ACCEPTANCE_SLACK, BASELINE, K, acceptance, decode_problems, noise_floor, read_engine
 from bench.e2e_decode import PHASES as PURE
 from bench.e2e_mixed import MIXED, occasion, occasions, shortfall, spread
-from ds4x.core import depth_sim as sim
+from vllm_ds4x.depth import sim
 
 AV = "adaptive verification"
 PHASES = (*PURE, MIXED)
 REQUESTS = (1, 2)  # ci/fork-gpu/side_by_side: E2E_REQUESTS' default
-# the one error of vllm.ds4x.composition (overlay/vllm-common), not any error that names both options
+# the one error of vllm_ds4x.depth.composition, not any error that names both options
 REFUSAL = "both choose how many drafts each request verifies, and do not run together"
 Cells = dict[tuple[str, int, str], list[dict[str, Any]]]
 

@@ -135,12 +135,14 @@ def _build_from_source(tree: Path, out: Path) -> Path:
     return next(out.glob("*.whl"))
 
 
-def _python_changes(base: Base, tree: Path, kernels: Path, files: list[str]) -> dict[str, bytes | None]:
-    """Our version of every Python file we change, after checking the kernels
-    wheel holds the pinned version of each (else it is another source)."""
+def _python_changes(base: Base, tree: Path, kernels: Path, files: list[str],
+                    overlays: set[str]) -> dict[str, bytes | None]:
+    """Our version of every Python file we change or add (the target's package, and our overlay
+    packages beside it), after checking the kernels wheel holds the pinned version of each file
+    we change (else it is another source)."""
     changes: dict[str, bytes | None] = {}
     for rel in files:
-        if not rel.startswith(base.target.package + "/"):
+        if not rel.startswith(base.target.package + "/") and rel not in overlays:
             continue
         pristine = base.repo / rel
         if pristine.exists() and wheel.read_member(kernels, rel) != pristine.read_bytes():
@@ -188,7 +190,7 @@ def build(target: Target, settings: Settings, layout: Layout, kernels: str | Non
             epoch = gitops.commit_epoch(repo, base.commit)
         files = sorted({*changed, *overlay_sums})
         # A source build already holds our files; a reused wheel gets them swapped in.
-        replace = {} if kernels == "source" else _python_changes(base, tree, kernel_wheel, files)
+        replace = {} if kernels == "source" else _python_changes(base, tree, kernel_wheel, files, set(overlay_sums))
         version = wheel.local_version(wheel.wheel_version(kernel_wheel), digest)
         provenance = {
             "target": target.name,

@@ -1,6 +1,6 @@
 """Where a ds4x checkout keeps what the tool reads, and the constants more than one module names.
 
-A checkout is the folder holding its pins file: patches/, overlay/, examples/,
+A checkout is the folder holding its pins file: patches/, the overlay packages (vllm_ds4x/), examples/,
 and the default trees/ and dist/ are all beside it, so that a command never
 reads one checkout's series with another's overlays. Standard library only:
 `doctor` and `provenance` import this from a deployment's Python.
@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-PROVENANCE = "ds4x_provenance.json"  # in each wheel's .dist-info; overlay vllm/ds4x/provenance.py reads it too
+PROVENANCE = "ds4x_provenance.json"  # in each wheel's .dist-info; overlay vllm_ds4x/provenance.py reads it too
 EXAMPLE_CONFIG = "deepseek-v4-flash/config.json"  # under examples/: plan's default model
 
 
 @dataclass(frozen=True, kw_only=True)
 class Layout:
-    """Where a target's series and the overlays are."""
+    """Where a target's series are, and the folder holding its overlay packages."""
 
     patches: Path
     overlays: Path
@@ -38,7 +38,7 @@ class Checkout:
 
     @property
     def layout(self) -> Layout:
-        return Layout(patches=self.root / "patches", overlays=self.root / "overlay")
+        return Layout(patches=self.root / "patches", overlays=self.root)
 
     @property
     def examples(self) -> Path:

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ds4x import __version__, inputs, log, pins, words
-from ds4x.checkout import HOME, Checkout
-from ds4x.core import out_paths
+from ds4x.checkout import HOME, Checkout, Layout
 from ds4x.errors import EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Ds4xError, InputError, Terminated
 from ds4x.log import logger
 from ds4x.scratch import atomic_write
+from vllm_ds4x import out_paths
 
 if TYPE_CHECKING:
     from ds4x import sources
@@ -119,7 +119,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     out = args.output or _checkout(args).dist / "patches" / target.name
     layout = _checkout(args).layout
     why = None if args.mbox else out_paths.folder_refusal(
-        "--output", out, {"the series folder": layout.patches, "the overlay folder": layout.overlays}, args.force,
+        "--output", out, _read_folders(layout, target.overlays), args.force,
         [export.NUMBERED])
     if why:
         raise InputError(why)
@@ -226,8 +226,8 @@ def _check_dist(args: argparse.Namespace, dist: Path) -> None:
     if args.kernels and kernels != args.kernels and "://" not in kernels and Path(kernels).parent.resolve() == dist.resolve():
         raise InputError(f"--dist {dist}: holds the --kernels wheel {kernels}, which this build could remove",
                          "move the wheel out of it, or give another --dist")
-    why = out_paths.folder_refusal("--dist", dist, {"the series folder": layout.patches,
-                                                    "the overlay folder": layout.overlays},
+    overlays = tuple(sorted({name for target in pins.load(args.pins).targets.values() for name in target.overlays}))
+    why = out_paths.folder_refusal("--dist", dist, _read_folders(layout, overlays),
                                    args.force or wheel.made_by_ds4x(dist), ["*.whl", "constraints.txt"])
     if why:
         raise InputError(why)
@@ -333,17 +333,22 @@ def _deployment_commands(add: Adder) -> None:
 STANDALONE = ("doctor", "provenance")  # these need only the package
 
 
+def _read_folders(layout: Layout, overlays: tuple[str, ...]) -> dict[str, Path]:
+    """What a build reads, which no output may be inside: the series and each overlay package."""
+    return {"the series folder": layout.patches, **{f"the overlay package {name}": layout.overlays / name
+                                                    for name in overlays}}
+
+
 def _check_install(args: argparse.Namespace) -> None:
-    """ds4x runs from a checkout: the series and overlays beside the pins file
-    (--pins), and for plan the overlay modules beside the package."""
+    """ds4x runs from a checkout: the series beside the pins file (--pins), and for plan the
+    examples beside the package."""
     if args.command in STANDALONE:
         return
     if args.command == "plan":
         _check_plan_checkout(args)
-        needed = [HOME.layout.overlays]
+        needed = [HOME.examples]
     else:
-        layout = _checkout(args).layout
-        needed = [args.pins, layout.patches, layout.overlays]
+        needed = [args.pins, _checkout(args).layout.patches]
     missing = [str(path) for path in needed if not path.exists()]
     if missing:
         raise Ds4xError(

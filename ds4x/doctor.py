@@ -15,15 +15,26 @@ import json
 import platform
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from ds4x.checkout import PROVENANCE
-from ds4x.overlay import load_file
 
 # Where each project keeps its lookup. FlashInfer's module is loaded from its
 # file (its package __init__ compiles kernels); it resolves libcudart at import,
 # so a hijack shows as that import failing with the user's error.
 LOOKUPS = {"flashinfer": "flashinfer/comm/cuda_ipc.py", "vllm": "vllm.utils.system_utils"}
+
+
+def load_upstream_file(name: str, path: Path) -> ModuleType:
+    """Import one upstream file as module `name`, without its package's __init__ (FlashInfer's
+    compiles kernels). Only for files of the projects we check; our own modules import by name."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def installed_provenance() -> list[dict[str, Any]]:
@@ -50,7 +61,7 @@ def resolve(package: str, lib: str = "libcudart") -> dict[str, Any]:
     where = LOOKUPS[package]
     try:
         if where.endswith(".py"):
-            module = load_file(f"_ds4x_doctor_{package}", Path(next(iter(spec.submodule_search_locations))).parent / where)
+            module = load_upstream_file(f"_ds4x_doctor_{package}", Path(next(iter(spec.submodule_search_locations))).parent / where)
         else:
             module = importlib.import_module(where)
         found = module.find_loaded_library(lib)

@@ -108,8 +108,9 @@ def added_python_lines(patch: str) -> list[str]:
 
 
 def placement(patches: list[tuple[str, str]], files: dict[str, Path]) -> dict[str, list[str]]:
-    """Patch name -> the overlay files it adds: each in the first (name, text)
-    that needs it, those none needs in the last."""
+    """Patch name -> the overlay files it adds: each in the first (name, text) that needs it, and
+    what the overlay's entry points (`python -m PKG`) need beyond them in the last. A module
+    neither needs (the fork's hooks, exported for upstream) stays out: upstream gets only code it runs."""
     placed: dict[str, list[str]] = {}
     done: set[str] = set()
     for name, text in patches:
@@ -117,7 +118,8 @@ def placement(patches: list[tuple[str, str]], files: dict[str, Path]) -> dict[st
         placed[name] = sorted(needed)
         done |= needed
     if patches:
-        placed[patches[-1][0]] += sorted(set(files) - done)
+        entries = {rel.removesuffix(".py").replace("/", ".") for rel in files if rel.endswith("/__main__.py")}
+        placed[patches[-1][0]] += sorted(overlay_needs(entries, files) - done)
     return placed
 
 

@@ -14,13 +14,15 @@ from typing import Any
 
 from ds4x import launch_advice, launch_args
 from ds4x.checkout import HOME
-from ds4x.core import bounded, draft_depth, overlap_plan
-from ds4x.core import moe_placement as mp
-from ds4x.core.named_policies import named_policies
 from ds4x.errors import InputError
 from ds4x.inputs import read_text
 from ds4x.launch_args import Launch
 from ds4x.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanRequest
+from vllm_ds4x import bounded
+from vllm_ds4x.depth import policy as draft_depth
+from vllm_ds4x.depth.named_policies import named_policies
+from vllm_ds4x.moe import overlap_plan
+from vllm_ds4x.moe import placement as mp
 
 Compute = Callable[[PlanRequest], Plan]
 """plan.compute: the plan at a set of plan options"""

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ds4x.checkout import HOME
-from ds4x.core import draft_depth
-from ds4x.core.depth_estimates import expected_tokens_by_depth
-from ds4x.core.named_policies import PER_REQUEST, named_policies
 from ds4x.errors import InputError
+from vllm_ds4x.depth import policy as draft_depth
+from vllm_ds4x.depth.estimates import expected_tokens_by_depth
+from vllm_ds4x.depth.named_policies import PER_REQUEST, named_policies
 
 RESULTS = "bench/results"
 RUNS = "h200-e2e*/e2e-spec.json"  # the end-to-end runs on the H200 stand-in, each policy per round and phase

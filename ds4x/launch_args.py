@@ -12,7 +12,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from ds4x.core import bounded
+from vllm_ds4x import bounded
 
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
 _OPERATORS = ";&|()"
@@ -303,7 +303,8 @@ def vllm_config_problems(options: dict[str, str]) -> list[str]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # pydantic's notes on vLLM's field declarations
             from vllm.config import SpeculativeConfig
-            from vllm.ds4x.draft_depth import DraftDepthConfig
+
+            from vllm_ds4x.depth.policy import DraftDepthConfig
     except ImportError:
         return []
     problems = []

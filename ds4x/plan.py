@@ -1,7 +1,7 @@
 """`plan`: will DeepSeek-V4-Flash fit, which MoE layers stay on the GPU, how fast can decode go.
 
-The arithmetic is the fork engine's own (ds4x/core/moe_placement.py, which the fork overlay
-ships as vllm.ds4x.moe_placement): the plan and the running engine cannot disagree.
+The arithmetic is the fork engine's own (vllm_ds4x/moe/placement.py, which the fork overlay
+ships as vllm_ds4x.moe.placement): the plan and the running engine cannot disagree.
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ from typing import Any
 
 from ds4x import inputs, launch, launch_args, launch_write
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
-from ds4x.core import bounded, measure, out_paths
-from ds4x.core import depth_sim as sim
-from ds4x.core import measure_analysis as analysis
-from ds4x.core import moe_placement as mp
-from ds4x.core.named_policies import profile_start
 from ds4x.errors import Ds4xError, InputError
 from ds4x.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanCommand, PlanRequest
 from ds4x.scratch import atomic_path
+from vllm_ds4x import bounded, out_paths
+from vllm_ds4x.depth import sim
+from vllm_ds4x.depth.named_policies import profile_start
+from vllm_ds4x.measure import analysis
+from vllm_ds4x.measure import cli as measure_cli
+from vllm_ds4x.measure import request as measure
+from vllm_ds4x.moe import placement as mp
 
 EXAMPLE = HOME.examples / EXAMPLE_CONFIG
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)?", re.I)
@@ -145,7 +147,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "policy, a step-cost profile for the adaptive policy (options below)")
     group = p.add_argument_group("--measure")
     outside = sim.OUTSIDE_MS
-    measure.add_arguments(group, shared=False)
+    measure_cli.add_arguments(group, shared=False)
     group.add_argument("--overlap", choices=("off", "ubatch"), default="off",
                        help="also predict tok/s at --max-num-seqs with LVLLM_MOE_OVERLAP=ubatch (two micro-batches) "
                             "against off (default: off, no overlap lines)")
@@ -271,7 +273,7 @@ def measure_curve(command: PlanCommand, request: measure.MeasureRequest) -> int:
     if command.json:
         raise InputError("--json does not apply to --measure", "read the profile it writes (--profile-out), JSON")
     try:
-        done = measure.run(request, find_python=_find_python)  # called when --python was not given
+        done = measure_cli.run(request, find_python=_find_python)  # called when --python was not given
     except measure.MeasureError as e:
         raise Ds4xError(str(e), exit_code=e.exit_code) from None
     if not done and command.overlap.mode != "off":

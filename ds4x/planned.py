@@ -7,10 +7,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ds4x.core import depth_sim as sim
-from ds4x.core import moe_placement as mp
-from ds4x.core.measure import MeasureRequest
-from ds4x.core.typed_options import request_of
+from vllm_ds4x.depth import sim
+from vllm_ds4x.measure.request import MeasureRequest
+from vllm_ds4x.moe import placement as mp
+from vllm_ds4x.typed_options import request_of
 
 MAX_MODEL_LEN = 2**24  # 16M tokens: far above the model's 1M context, low enough that the KV arithmetic stays quick
 MAX_PARALLEL = 64  # tensor- and pipeline-parallel sizes, draft layers: above any one host

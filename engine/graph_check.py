@@ -39,8 +39,9 @@ def config(model: str, draft_depth: dict[str, Any] | None) -> VllmConfig:
 
 
 def manager(config: VllmConfig) -> Any:
-    from vllm.ds4x.decode_graphs import decode_query_lens
     from vllm.v1.worker.gpu import cudagraph_utils as cu
+
+    from vllm_ds4x.hooks.decode_graphs import decode_query_lens
 
     cu.get_pp_group = _Rank
     cu.current_platform.get_global_graph_pool = lambda: None
@@ -51,8 +52,9 @@ def manager(config: VllmConfig) -> Any:
 
 def dispatcher(config: VllmConfig) -> Any:
     """Model runner v1's dispatcher with the keys its runner initializes."""
-    from vllm.ds4x.decode_graphs import decode_query_lens
     from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
+
+    from vllm_ds4x.hooks.decode_graphs import decode_query_lens
 
     # what resolve_cudagraph_mode_and_sizes does for v1 with spec decode (tensor
     # parallel size 1: an argument of its own before vLLM 0.32)

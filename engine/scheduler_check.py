@@ -19,9 +19,6 @@ from vllm.config import (
     StructuredOutputsConfig,
     VllmConfig,
 )
-from vllm.ds4x.draft_depth import REQUEST_KEY, DepthPolicy, DraftDepthConfig
-from vllm.ds4x.spec_metrics import DepthStats
-from vllm.ds4x.spec_scheduling import DraftDepthScheduling
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -34,6 +31,9 @@ from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
 
 from engine.policies import POLICIES
+from vllm_ds4x.depth.policy import REQUEST_KEY, DepthPolicy, DraftDepthConfig
+from vllm_ds4x.hooks.spec_metrics import DepthStats
+from vllm_ds4x.hooks.spec_scheduling import DraftDepthScheduling
 
 BLOCK = 16
 FIELDS = {field.name for field in dataclasses.fields(ModelRunnerOutput)}

@@ -59,14 +59,15 @@ UPSTREAM_URL = "https://example.invalid/demo/upstream"
 
 @pytest.fixture
 def project(tmp_path: Path, git_repo: tuple[Path, str]) -> Path:
-    """A ds4x checkout layout for the fixture upstream: pins.toml, patches/, overlay/."""
+    """A ds4x checkout layout for the fixture upstream: pins.toml, patches/, an overlay package."""
     _, commit = git_repo
     root = tmp_path / "project"
     (root / "patches" / "demo").mkdir(parents=True)
-    (root / "overlay" / "demo" / "demo").mkdir(parents=True)
-    (root / "overlay" / "demo" / "demo" / "extra.py").write_text("ANSWER = 42\n")
+    (root / "demo_ds4x").mkdir(parents=True)
+    (root / "demo_ds4x" / "__init__.py").write_text("")
+    (root / "demo_ds4x" / "extra.py").write_text("ANSWER = 42\n")
     (root / "pins.toml").write_text(
-        f'[targets.demo]\npackage = "demo"\ndefault = true\noverlays = ["demo"]\n'
+        f'[targets.demo]\npackage = "demo"\ndefault = true\noverlays = ["demo_ds4x"]\n'
         f'git = {{ url = "{UPSTREAM_URL}", commit = "{commit}" }}\n'
     )
     return root

@@ -31,7 +31,7 @@ from pathlib import Path
 from drafts import DraftFilter
 from harness import EAGER, ENGINE, GRAPHS, LK_MOE, TARGET, Counters, dsv4_engine, spec_metrics
 
-from ds4x.core.named_policies import AV_CASE, by_case
+from vllm_ds4x.depth.named_policies import AV_CASE, by_case
 
 CASE, OUTDIR, ROOT = sys.argv[1], sys.argv[2], sys.argv[3]
 KIND, MODE, *RUNNER = CASE.split("-")

@@ -8,7 +8,7 @@ PYTHONPATH for the engine package, as setup.sh puts it):
   PYTHONPATH=FORK:FSITE:SITE:$PWD DS4X_GPU_TARGET=vllm python ci/fork-gpu/cpu_check.py MODELROOT [CASES...]
 MODELROOT: tiny_models.py's output. Exit 1 if any import or case fails.
 With LVLLM_MOE_OVERLAP=ubatch, each v2 case with graphs also shows how its decode graphs split into
-two micro-batches and the micro-batch builders' token budget (vllm.ds4x.ubatch_split)."""
+two micro-batches and the micro-batch builders' token budget (vllm_ds4x.hooks.ubatch_split)."""
 
 import importlib
 import importlib.util
@@ -30,12 +30,12 @@ MODULES = [
     "vllm.model_executor.warmup.kernel_warmup", "vllm.v1.attention.backends.triton_attn",
     "vllm.model_executor.models.qwen2", "vllm.model_executor.models.llama_eagle",
     "vllm.model_executor.models.qwen3_dflash", "vllm.reasoning.deepseek_r1_reasoning_parser",
-    "vllm.entrypoints.llm", "vllm.ds4x.decode_graphs", "vllm.model_executor.layers.fused_moe.runner.moe_runner",
+    "vllm.entrypoints.llm", "vllm_ds4x.hooks.decode_graphs", "vllm.model_executor.layers.fused_moe.runner.moe_runner",
     "vllm.v1.worker.gpu.attn_utils", "vllm.v1.worker.gpu.model_states.default",
     "vllm.model_executor.layers.fused_moe.modular_kernel", "vllm.model_executor.layers.fused_moe.routed_experts"]
 FORK = os.environ.get("DS4X_GPU_TARGET", "lvllmds4-x") != "vllm"
-# the fork's own overlay (overlay/lvllmds4-x), or upstream's EAGLE drafter base, which our graph patch hooks
-MODULES += (["vllm.ds4x.moe_overlap", "vllm.ds4x.ubatch_overlap", "vllm.ds4x.ubatch_split"] if FORK
+# the fork's own hooks (vllm_ds4x.hooks), or upstream's EAGLE drafter base, which our graph patch hooks
+MODULES += (["vllm_ds4x.hooks.moe_overlap", "vllm_ds4x.hooks.ubatch_overlap", "vllm_ds4x.hooks.ubatch_split"] if FORK
             else ["vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator"])
 # model runner v1 and n-gram drafts: the fork and upstream 0.32.0 (0.34.0 removed them)
 V1_MODULES = ["vllm.v1.worker.gpu_model_runner", "vllm.v1.cudagraph_dispatcher", "vllm.v1.spec_decode.ngram_proposer"]
@@ -90,7 +90,8 @@ def check_ubatch(c, query_lens: list[int]) -> int:
     request count its FULL graphs may have), and the extra builders' config; 1 if a v2 case with
     FULL graphs and two or more requests would not split."""
     from vllm.config.compilation import CUDAGraphMode
-    from vllm.ds4x import moe_overlap, ubatch_split
+
+    from vllm_ds4x.hooks import moe_overlap, ubatch_split
 
     if moe_overlap.level() != "ubatch":
         return 0
@@ -138,8 +139,10 @@ def _split_once(fail_at: int | None) -> tuple[list, object]:
     """run_split over a model of 3 layers, each calling moe_overlap.cpu_decode as the hooked
     MoERunner does (which yields to the other micro-batch); lk_moe's call is logged."""
     from vllm import forward_context as fc
-    from vllm.ds4x import moe_overlap, overlap_plan, ubatch_split
     from vllm.v1.worker.ubatching import dbo_current_ubatch_id
+
+    from vllm_ds4x.hooks import moe_overlap, ubatch_split
+    from vllm_ds4x.moe import overlap_plan
 
     log: list = []
 
@@ -174,8 +177,9 @@ def check_split_threads() -> int:
     """ubatch_split.run_split with vLLM's own UBatchContext on the CPU: micro-batches take turns at
     every yield, each sees its own metadata and token offset, outputs join in token order, and a
     failing micro-batch raises in the caller instead of hanging."""
-    from vllm.ds4x import moe_overlap
     from vllm.v1.worker import ubatching
+
+    from vllm_ds4x.hooks import moe_overlap
 
     stream = _Stream()
     saved = _fake_cuda(stream)
@@ -202,11 +206,12 @@ def check_micro_batch_metadata(c) -> int:
     """The case's Triton attention builders on the CPU through the hooked build_attn_metadata: three
     builders, the extra two at the decode budget; each micro-batch built by its own builder from
     views of the batch's buffers (the second with its rebased query_start_loc)."""
-    from vllm.ds4x import ubatch_split
     from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend
     from vllm.v1.kv_cache_interface import FullAttentionSpec
     from vllm.v1.worker.gpu.attn_utils import build_attn_metadata
     from vllm.v1.worker.utils import AttentionGroup
+
+    from vllm_ds4x.hooks import ubatch_split
 
     m, cpu = c.model_config, torch.device("cpu")
     spec = FullAttentionSpec(block_size=16, num_kv_heads=m.get_num_kv_heads(c.parallel_config),
@@ -243,7 +248,7 @@ class Made(Exception):
 
 def markers(c) -> bool:
     """The phase tracker's markers, as the scheduler makes them from the case's reasoning parser."""
-    from vllm.ds4x.spec_scheduling import phase_tracker
+    from vllm_ds4x.hooks.spec_scheduling import phase_tracker
 
     tracker = phase_tracker(c)
     print("     phase markers: start", tracker.start if tracker else None, "end", tracker.end if tracker else None)
@@ -252,8 +257,9 @@ def markers(c) -> bool:
 
 def check_case(case: str, root: str) -> int:
     """The case's VllmConfig, as LLM(...) builds it, or the error that stops it."""
-    from vllm.ds4x.decode_graphs import decode_query_lens
     from vllm.v1.engine import llm_engine
+
+    from vllm_ds4x.hooks.decode_graphs import decode_query_lens
 
     def stop(self, vllm_config, *a, **k):
         raise Made(vllm_config)
@@ -282,9 +288,9 @@ def check_case(case: str, root: str) -> int:
         if c.speculative_config and c.structured_outputs_config.reasoning_parser and not markers(c):
             return 1
         if not FORK:
-            return 0  # the micro-batch split is the fork's (overlay/lvllmds4-x)
+            return 0  # the micro-batch split is the fork's (vllm_ds4x.hooks.ubatch_split)
         bad = check_ubatch(c, list(lens or [1 + k]))
-        from vllm.ds4x import ubatch_split
+        from vllm_ds4x.hooks import ubatch_split
 
         if ubatch_split.wanted(c):
             bad += check_micro_batch_metadata(c)

@@ -89,7 +89,7 @@ def resident_layers(value: str | None, layers: int) -> list[int]:
     """DSV4_RESIDENT -> the target layers kept on the GPU (LVLLM_GPU_RESIDENT_MOE_LAYERS's grammar:
     N, A-B, lists, none), checked against a target of `layers` layers: each one of them, and at
     least one layer left on lk_moe (the harness checks its cpu_decode in the graphs)."""
-    from ds4x.core.moe_placement import parse_layers
+    from vllm_ds4x.moe.placement import parse_layers
 
     selection = parse_layers(value, var="DSV4_RESIDENT")
     if selection.mode != "layers":

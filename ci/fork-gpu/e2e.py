@@ -10,7 +10,7 @@ The stand-in of e2e_model.py, FULL_DECODE_ONLY graphs, lk_moe experts, the deeps
 reasoning parser. spec: EAGLE K=2 on model runner v2, graphs captured for depths 0, 1
 and 2, each draft kept with its phase's probability (acceptance ACCEPTANCE at depth K), drawn
 from its position and token with the round as salt: the same draws for every policy of a round.
-The draft-depth policies of vllm.ds4x.depth_sim run side by side in this one engine:
+The draft-depth policies of vllm_ds4x.depth.sim run side by side in this one engine:
 between cells (no request in flight) the scheduler's policy object is swapped for the
 next policy's, each made once and kept (see Policies). nospec: no speculation.
 av (upstream vLLM, #34): EAGLE K=2 under vLLM's own adaptive verification
@@ -63,8 +63,8 @@ from harness import ENGINE, GRAPHS, Counters, dsv4_engine, spec_metrics
 
 from bench.e2e_mixed import MIXED as MIXED_PHASE  # the phase the report reads mixed cells by
 from bench.e2e_mixed import draw_label  # a cell's heading, as the report's readers head it
-from ds4x.core.depth_mixed import mix, mixed_batches
-from ds4x.core.named_policies import PER_REQUEST, named_policies, per_request_policies, profile_start
+from vllm_ds4x.depth.mixed import mix, mixed_batches
+from vllm_ds4x.depth.named_policies import PER_REQUEST, named_policies, per_request_policies, profile_start
 
 MODE, OUTDIR, MODELS = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 K = 2
@@ -255,8 +255,8 @@ class Policies:
         self.drafter_rests = scheduler.ds4x_depth.drafter_rests  # as the engine's start-up decided (DSpark)
 
     def use(self, name: str, config: dict | None) -> None:
-        from vllm.ds4x.draft_depth import DepthPolicy, DraftDepthConfig
-        from vllm.ds4x.spec_scheduling import DraftDepthScheduling
+        from vllm_ds4x.depth.policy import DepthPolicy, DraftDepthConfig
+        from vllm_ds4x.hooks.spec_scheduling import DraftDepthScheduling
 
         if name not in self.made:
             policy = DepthPolicy(DraftDepthConfig.from_dict(config, K), K, self.tracker, self.lag)
@@ -327,7 +327,7 @@ def run_cell(llm, log: StepLog, prompt_ids: list[list[int]], ids: count, tokens:
 def main() -> dict:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
-    from vllm.ds4x import depth_sim
+    from vllm_ds4x.depth import sim as depth_sim
 
     install_model()
     counters = Counters(K)
@@ -389,7 +389,7 @@ def warm_up(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: 
     run a fresh engine's first round ran 11-36% slower than its second (fixed 2, same
     cells; not in every run), which no policy should be timed on, nor adaptive learn its
     costs from."""
-    from vllm.ds4x import depth_sim
+    from vllm_ds4x.depth import sim as depth_sim
 
     fixed = depth_sim.policies(K)
     for _ in range(WARMUP):
@@ -439,7 +439,7 @@ def adaptive_start() -> dict | None:
 
 def chosen_policies() -> list[tuple[str, dict]]:
     """depth_sim's policies, or those E2E_POLICIES names (an unknown name fails the run)."""
-    from vllm.ds4x import depth_sim
+    from vllm_ds4x.depth import sim as depth_sim
 
     every = depth_sim.policies(K, adaptive_start())
     names = [n.strip() for n in os.environ.get("E2E_POLICIES", "").split(",") if n.strip()]
@@ -461,7 +461,8 @@ def profile(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: 
     kernels included: CUPTI records a replayed graph's kernels under its launch's correlation)."""
     import torch
     from torch.profiler import ProfilerActivity
-    from vllm.ds4x import depth_sim
+
+    from vllm_ds4x.depth import sim as depth_sim
 
     tokens, made = int(os.environ.get("E2E_PROFILE_TOKENS", "24")), []
     policies = depth_sim.policies(K)

@@ -107,7 +107,7 @@ class Counters:
     def count_splits(self) -> None:
         """The fork's ubatch_split, as the model runner calls it (by module attribute):
         a capture it split, and a step whose graph it refreshed as split before replay."""
-        from vllm.ds4x import ubatch_split as US
+        from vllm_ds4x.hooks import ubatch_split as US
 
         capture, refresh = US.capture_split, US.refresh
 

@@ -32,14 +32,14 @@ if [ "$TARGET" = vllm ]; then
   rm -rf .upstream trees/vllm-gpu && mkdir -p .upstream/whl
   printf '*\n' > .upstream/.gitignore  # git ignores the folder: carry it by name
   $PY build.py apply --target "${UPSTREAM:-vllm-cpu-engine}" --dir trees/vllm-gpu -q
-  tar czf .upstream/vllm.tgz -C trees/vllm-gpu vllm
+  tar czf .upstream/vllm.tgz -C trees/vllm-gpu vllm vllm_ds4x
   download .upstream/whl $COMMON fastapi==0.136.3 llguidance==1.7.6 xgrammar==0.2.8 oss-harmony==0.0.11
   du -shc .upstream/vllm.tgz .upstream/whl
   exit 0
 fi
 rm -rf .fork trees/fork-gpu && mkdir -p .fork .whl2
 $PY build.py apply --target lvllmds4-x --dir trees/fork-gpu -q
-tar czf .fork/vllm.tgz -C trees/fork-gpu vllm
+tar czf .fork/vllm.tgz -C trees/fork-gpu vllm vllm_ds4x
 tar czf .fork/csrc.tgz -C trees/fork-gpu csrc  # build_ops.py: the ops DeepSeek-V4's portable path still calls
 download .whl2 $COMMON fastapi==0.165.0 llguidance==1.9.1 xgrammar==0.2.9 openai-harmony==0.0.8 lk-moe==2.3.3
 du -shc .fork .whl2

@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 from bench.counters import HarnessCounters
-from ds4x.core.moe_placement import parse_layers
-from ds4x.core.named_policies import AV_CASE, OWN_CASE, by_case
+from vllm_ds4x.depth.named_policies import AV_CASE, OWN_CASE, by_case
+from vllm_ds4x.moe.placement import parse_layers
 
 K = 2  # case.py's num_speculative_tokens
 LOW = "low"  # a case name's suffix: its policy at low acceptance (case.py's adaptivelow)

@@ -6,8 +6,9 @@ import os
 
 os.environ["LVLLM_MOE_NUMA_ENABLED"] = "1"
 import vllm.envs as envs
-from vllm.ds4x import moe_placement as mp
-from vllm.ds4x import moe_residency
+
+from vllm_ds4x.hooks import moe_residency
+from vllm_ds4x.moe import placement as mp
 
 out: dict[str, object] = {}
 for value in ("0,x", "3-1", "-1"):

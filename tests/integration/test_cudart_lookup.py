@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from ds4x import pins, sources
-from ds4x.overlay import load_file
+from ds4x.doctor import load_upstream_file
 from tests.integration.conftest import extract
 
 pytestmark = pytest.mark.network
@@ -49,7 +49,7 @@ CASES = {
 
 def load(wheel: Path, dest: Path) -> ModuleType:
     """Import cuda_ipc.py from a wheel; it resolves libcudart at import time."""
-    return load_file(f"cuda_ipc_{dest.parent.name}", extract(wheel, "flashinfer/comm/cuda_ipc.py", dest))
+    return load_upstream_file(f"cuda_ipc_{dest.parent.name}", extract(wheel, "flashinfer/comm/cuda_ipc.py", dest))
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def newest_module(modules: tuple[ModuleType, ModuleType], repo_pins: pins.Pins, 
     target = repo_pins.get("flashinfer")
     assert target.wheel
     base = roll.fetch_release(target, "wheel", sources.release(target.wheel), settings)
-    return load_file("cuda_ipc_newest", base.repo / "flashinfer/comm/cuda_ipc.py")
+    return load_upstream_file("cuda_ipc_newest", base.repo / "flashinfer/comm/cuda_ipc.py")
 
 
 def vllm_lookup(tree: Path) -> ModuleType:

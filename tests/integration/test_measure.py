@@ -72,7 +72,7 @@ def test_curve_grows_with_tokens_and_the_sweep_ran_both_thread_counts(measured: 
 
 def test_profile_is_what_the_adaptive_policy_starts_from(measured: tuple[str, dict[str, Any]]) -> None:
     out, profile = measured
-    from ds4x.core import draft_depth as dd
+    from vllm_ds4x.depth import policy as dd
 
     config = dd.DraftDepthConfig.from_dict(profile["draft_depth"], 2)
     policy = dd.DepthPolicy(config, 2, dd.PhaseTracker([[1]], [[2]]))

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    for name in ("patches", "overlay"):
+    for name in ("patches", "vllm_ds4x"):
         shutil.copytree(ROOT / name, tmp_path / name)
     shutil.copy(ROOT / "pins.toml", tmp_path)
     return tmp_path

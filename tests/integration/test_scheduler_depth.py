@@ -131,7 +131,7 @@ def test_phase_counts_equal_what_each_request_verified(engine_checks: dict[str, 
 
 
 GRAMMAR_REFUSED = """
-from vllm.ds4x.spec_scheduling import uniform_drafts
+from vllm_ds4x.hooks.spec_scheduling import uniform_drafts
 from vllm.v1.spec_decode.metrics import SpecDecodingStats
 stats = SpecDecodingStats.new(2)
 for _ in range(2):  # each request drafted 2; the grammar refused the second: vLLM's stats count 1

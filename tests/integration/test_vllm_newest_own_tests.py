@@ -64,7 +64,7 @@ from vllm.platforms import current_platform
 print(json.dumps({"file": vllm.__file__, "version": vllm.__version__,
                   "platform": type(current_platform).__name__,
                   "kernels": os.path.realpath(os.path.join(os.path.dirname(vllm.__file__), "_C.abi3.so")),
-                  "ds4x": os.path.isdir(os.path.join(os.path.dirname(vllm.__file__), "ds4x"))}))"""
+                  "ds4x": os.path.isdir(os.path.join(os.path.dirname(os.path.dirname(vllm.__file__)), "vllm_ds4x"))}))"""
 
 
 def venv_kernels(python: Path) -> list[Path]:
@@ -76,9 +76,10 @@ def venv_kernels(python: Path) -> list[Path]:
 
 
 def tree_with_kernels(source: Path, dest: Path, kernels: list[Path]) -> Path:
-    """vllm/, tests/ and pyproject.toml of a 0.34.0 tree, the kernels linked into its vllm/."""
-    for name in ("vllm", "tests"):
-        shutil.copytree(source / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    """vllm/, tests/, pyproject.toml and (patched) vllm_ds4x/ of a 0.34.0 tree, the kernels linked into its vllm/."""
+    for name in ("vllm", "tests", "vllm_ds4x"):
+        if name != "vllm_ds4x" or (source / name).is_dir():
+            shutil.copytree(source / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(source / "pyproject.toml", dest / "pyproject.toml")
     for kernel in kernels:
         assert not (dest / "vllm" / kernel.name).exists(), kernel.name  # an sdist ships no compiled module

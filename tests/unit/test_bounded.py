@@ -1,4 +1,4 @@
-"""The one parse of counts, rates and JSON (ds4x/core/bounded.py): its bounds, and refusals that take no time."""
+"""The one parse of counts, rates and JSON (vllm_ds4x/bounded.py): its bounds, and refusals that take no time."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from ds4x.cli import main
-from ds4x.core import bounded
+from vllm_ds4x import bounded
 
 
 @pytest.mark.parametrize("text", ["0", "-1", "17", "1e3", "1.0", "\u00b2", "\u0661", "1_0", "", " ", "9" * 19, "9" * 5000])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import checkout, overlay
+from ds4x import checkout
 from ds4x.checkout import HOME, Checkout
 from ds4x.cli import main
 from tests.conftest import cli_args
@@ -20,7 +20,7 @@ Repo = tuple[Path, str]
 def test_a_checkout_is_the_folder_of_its_pins_file(tmp_path: Path) -> None:
     there = Checkout(pins=tmp_path / "other.toml")
     assert (there.root, there.layout.patches, there.layout.overlays, there.examples, there.trees, there.dist) == (
-        tmp_path, tmp_path / "patches", tmp_path / "overlay", tmp_path / "examples", tmp_path / "trees",
+        tmp_path, tmp_path / "patches", tmp_path, tmp_path / "examples", tmp_path / "trees",
         tmp_path / "dist")
     assert there.layout.series("demo") == tmp_path / "patches/demo/series"
     assert HOME.pins == Path(__file__).resolve().parents[2] / "pins.toml"
@@ -45,13 +45,14 @@ def test_build_commands_read_and_write_in_the_checkout_of_pins(capsys: pytest.Ca
     """apply takes the overlay beside --pins (not the one beside the package) and makes its tree there."""
     assert main(cli_args(project, tmp_path, git_repo, "apply", "--target", "demo")) == 0
     tree = project / "trees" / "demo"
-    assert (tree / "demo/extra.py").read_text() == "ANSWER = 42\n"
+    assert (tree / "demo_ds4x/extra.py").read_text() == "ANSWER = 42\n"
     assert capsys.readouterr().out == f"{tree}: edit, commit, then `build.py refresh --target demo`\n"
 
 
 def test_the_provenance_record_has_one_name() -> None:
-    """The overlay's copy ships inside vLLM (no ds4x there to import), so it keeps its own: they must agree."""
-    shipped = overlay.load_file("_ds4x_test_provenance", HOME.layout.overlays / "vllm-common/vllm/ds4x/provenance.py")
+    """vllm_ds4x ships inside vLLM (no ds4x tool there to import), so it keeps its own: they must agree."""
+    from vllm_ds4x import provenance as shipped
+
     assert shipped.RECORD == checkout.PROVENANCE == "ds4x_provenance.json"
     named = [path.name for path in sorted(Path(checkout.__file__).parent.glob("*.py"))
              if checkout.PROVENANCE in path.read_text()]

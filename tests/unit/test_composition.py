@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from ds4x.core import composition, draft_depth
+from vllm_ds4x.depth import composition
+from vllm_ds4x.depth import policy as draft_depth
 
 PHASE = {"policy": "phase", "reasoning_depth": 1}
 

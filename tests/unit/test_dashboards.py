@@ -1,6 +1,6 @@
 """The draft-depth dashboards: the committed Grafana JSON and Perses YAML are what
 examples/dashboards/make_dashboards.py writes from its one list of panels, and every
-query (and the PromQL in vllm/ds4x/spec_metrics.py) parses as PromQL."""
+query (and the PromQL in vllm_ds4x/hooks/spec_metrics.py) parses as PromQL."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_every_dashboard_query_parses(query: str) -> None:
 
 
 def test_the_promql_in_the_metrics_docs_parses() -> None:
-    doc = (ROOT / "overlay/vllm-common/vllm/ds4x/spec_metrics.py").read_text()
+    doc = (ROOT / "vllm_ds4x/hooks/spec_metrics.py").read_text()
     found = [block.strip() for block in re.findall(r"::\n\n((?:    .+\n)+)", doc) if "rate(" in block]
     assert len(found) >= 2
     for query in found:

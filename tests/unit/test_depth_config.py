@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ds4x.core import draft_depth as dd
+from vllm_ds4x.depth import policy as dd
 
 
 @pytest.mark.parametrize(("raw", "message"), [

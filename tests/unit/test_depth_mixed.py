@@ -1,4 +1,4 @@
-"""ds4x.core.depth_mixed, the mixed-batch model: the batches it prices, the curve between timed
+"""vllm_ds4x.depth.mixed, the mixed-batch model: the batches it prices, the curve between timed
 token counts, a request's expected tokens, a worked example by hand (today's deepest depth
 against each request's own), adaptive-like choices on curves whose answer is known, and the
 report's refusals."""
@@ -18,11 +18,10 @@ import pytest
 
 from bench import depth_sim as bench_sim
 from ds4x.cli import main
-from ds4x.core import depth_mixed as mixed
-from ds4x.core import depth_sim as sim
-from ds4x.core import measure
-from ds4x.core.depth_estimates import between
-from ds4x.core.named_policies import any_policy
+from vllm_ds4x.depth import mixed, sim
+from vllm_ds4x.depth.estimates import between
+from vllm_ds4x.depth.named_policies import any_policy
+from vllm_ds4x.measure import cli as measure_cli
 
 K = 2
 CURVE = {1: 1.0, 2: 2.0, 3: 3.0, 4: 3.6, 6: 5.0}  # ms a layer call by tokens
@@ -181,7 +180,7 @@ def timed(spec: dict[str, Any], threads: list[int], *_: object) -> list[dict[str
 def test_plan_measure_prints_the_mixed_case_from_two_requests(seqs: int, tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    module = measure
+    module = measure_cli
     monkeypatch.setattr(module, "run_workers", timed)
     monkeypatch.setattr(module, "check_python", lambda python: None)
     (tmp_path / "c.json").write_text(json.dumps(SMALL))

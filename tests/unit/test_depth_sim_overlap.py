@@ -11,8 +11,8 @@ import pytest
 
 from bench import depth_sim as bench_sim
 from ds4x import plan
-from ds4x.core import depth_sim as sim
-from ds4x.core import measure_analysis as analysis
+from vllm_ds4x.depth import sim
+from vllm_ds4x.measure import analysis
 
 # DeepSeek-V4-Flash's MXFP4 layer through cpu_decode on the H200 at LK_THREADS=12, ms a layer call
 # by tokens (README; the 157.5 ms is 43 x the 2-token call); 4 and 6 tokens made up, steeper

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from ds4x.core import depth_clock, depth_outcomes
-from ds4x.core import depth_estimates as est
-from ds4x.core import depth_tally as tally
-from ds4x.core import draft_depth as dd
 from tests.unit.depth_by_id import ById
+from vllm_ds4x.depth import clock as depth_clock
+from vllm_ds4x.depth import estimates as est
+from vllm_ds4x.depth import outcomes as depth_outcomes
+from vllm_ds4x.depth import policy as dd
+from vllm_ds4x.depth import tally
 
 THINK, END_THINK = 1, 2
 TOOL_MARKER = (7, 8, 9)  # e.g. "<｜DSML｜tool_calls>" as three tokens

@@ -1,4 +1,4 @@
-"""When DSpark's drafter rests (ds4x.core.drafter_rest), driven by the real policies and their
+"""When DSpark's drafter rests (vllm_ds4x.depth.drafter_rest), driven by the real policies and their
 decision clock, as the scheduler hook drives them: each step is scheduled (`lag` steps before the
 step that verifies what it drafts is scheduled), then the oldest scheduled step ends."""
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from ds4x.core import draft_depth as dd
-from ds4x.core.drafter_rest import DrafterRest, may_rest
 from tests.unit.depth_by_id import ById
+from vllm_ds4x.depth import policy as dd
+from vllm_ds4x.depth.drafter_rest import DrafterRest, may_rest
 
 THINK, END_THINK = 1, 2
 K = 2

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from bench import e2e_decisions, e2e_decode, e2e_mixed, mixed_pairs
-from ds4x.core import depth_mixed
-from ds4x.core.named_policies import PER_REQUEST, named_policies
 from tests.unit.test_e2e_report import CPU_MS, LAYERS, REST_MS, SET, engine, write
+from vllm_ds4x.depth import mixed as depth_mixed
+from vllm_ds4x.depth.named_policies import PER_REQUEST, named_policies
 
 K = 2
 TODAY = {"no speculation": 0, "fixed 0": 0, "fixed 1": 1, "fixed 2": 2, "phase 1/2": 2, "phase 0/2": 2, "adaptive": 2}

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from bench import e2e_overlap
-from ds4x.core import depth_sim
+from vllm_ds4x.depth import sim as depth_sim
 
 STEP = {"off": {1: 16.0, 2: 33.0}, "shared": {1: 15.6, 2: 32.5}}
 

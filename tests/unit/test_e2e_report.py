@@ -15,7 +15,7 @@ import pytest
 
 from bench import e2e_decode, e2e_mixed
 from ds4x import launch
-from ds4x.core import depth_sim as sim
+from vllm_ds4x.depth import sim
 
 LAYERS, CPU_MS = 4, {1: 2.0, 2: 3.6, 3: 5.0, 4: 6.4, 6: 9.0}  # layer ms by tokens
 REST_MS = [3.0, 3.4, 3.8]  # the rest of a step by verified depth

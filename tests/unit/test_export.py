@@ -34,29 +34,29 @@ def run(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_r
 
 
 def make_patch(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
-    """A patch whose code imports the overlay module demo/extra.py; a second overlay file nobody imports."""
-    (project / "overlay/demo/demo/tool.py").write_text("print('a tool')\n")
+    """A patch whose code imports the overlay module demo_ds4x/extra.py; the package's entry point, which no patch imports."""
+    (project / "demo_ds4x/__main__.py").write_text("print('a tool')\n")
     assert run(capsys, project, tmp_path, git_repo, "apply", "--target", "demo")[0] == 0
     tree = project / "trees" / "demo"
     (tree / "demo/lookup.py").write_text(
-        "from demo.extra import ANSWER\n\n\ndef find(name):\n    return name == 'libcudart.so'\n\n\nLIMIT = ANSWER\n")
+        "from demo_ds4x.extra import ANSWER\n\n\ndef find(name):\n    return name == 'libcudart.so'\n\n\nLIMIT = ANSWER\n")
     git(tree, "commit", "-qam", MESSAGE)
     assert run(capsys, project, tmp_path, git_repo, "refresh", "--target", "demo")[0] == 0
 
 
 def test_imports_resolve_absolute_relative_and_submodules() -> None:
-    lines = ["from vllm.ds4x.draft_depth import DraftDepthConfig", "    from vllm.ds4x import moe_residency",
-             "from . import depth_sim", "from .moe_placement import (ModelShape,", "    Budget)",
-             "from vllm.ds4x import (", "    spec_scheduling,", ")", "import json, vllm.ds4x.x as y"]
-    assert imported_modules(lines, "vllm.ds4x") >= {
-        "vllm.ds4x.draft_depth", "vllm.ds4x.moe_residency", "vllm.ds4x.depth_sim", "vllm.ds4x.moe_placement", "json",
-        "vllm.ds4x.spec_scheduling"}  # a parenthesised import over several lines names its modules too
-    assert "vllm.ds4x.moe_placement" not in imported_modules(lines)  # a patch line has no package to be relative to
+    lines = ["from vllm_ds4x.depth.policy import DraftDepthConfig", "    from vllm_ds4x.hooks import moe_residency",
+             "from . import sim", "from .mixed import (Mixed,", "    Other)",
+             "from vllm_ds4x.hooks import (", "    spec_scheduling,", ")", "import json, vllm_ds4x.x as y"]
+    assert imported_modules(lines, "vllm_ds4x.depth") >= {
+        "vllm_ds4x.depth.policy", "vllm_ds4x.hooks.moe_residency", "vllm_ds4x.depth.sim", "vllm_ds4x.depth.mixed", "json",
+        "vllm_ds4x.hooks.spec_scheduling", "vllm_ds4x.x"}  # a parenthesised import over several lines names its modules too
+    assert "vllm_ds4x.depth.mixed" not in imported_modules(lines)  # a patch line has no package to be relative to
 
 
 def test_each_overlay_file_goes_into_the_first_patch_that_needs_it(tmp_path: Path) -> None:
     texts = {"__init__.py": "", "a.py": "from .b import B\n", "b.py": "B = 1\n", "c.py": "from pkg.b import B\n",
-             "unused.py": "from . import a\n"}
+             "tool.py": "from . import a\n", "__main__.py": "from pkg import tool\n", "unused.py": "X = 1\n"}
     files = {}
     for name, text in texts.items():
         (tmp_path / name).write_text(text)
@@ -70,7 +70,7 @@ def test_each_overlay_file_goes_into_the_first_patch_that_needs_it(tmp_path: Pat
                         ("two.patch", patch("up/y.py", "from pkg.c import C")),
                         ("last.patch", patch("up/z.py", "pass"))], files)
     assert placed == {"one.patch": ["pkg/__init__.py", "pkg/a.py", "pkg/b.py"], "docs.patch": [],
-                      "two.patch": ["pkg/c.py"], "last.patch": ["pkg/unused.py"]}
+                      "two.patch": ["pkg/c.py"], "last.patch": ["pkg/__main__.py", "pkg/tool.py"]}  # no one runs unused.py
 
 
 def test_export_applies_to_the_clean_base_and_imports(capsys: pytest.CaptureFixture[str], project: Path,
@@ -82,7 +82,8 @@ def test_export_applies_to_the_clean_base_and_imports(capsys: pytest.CaptureFixt
     assert code == 0, err
     (exported,) = out.iterdir()
     text = exported.read_text()
-    assert text.count("\nnew file mode ") == 2 and "+++ b/demo/extra.py" in text and "+++ b/demo/tool.py" in text
+    assert text.count("\nnew file mode ") == 3 and "diff --git a/demo_ds4x/__init__.py b/demo_ds4x/__init__.py" in text
+    assert "+++ b/demo_ds4x/extra.py" in text and "+++ b/demo_ds4x/__main__.py" in text
     assert "From: Jane Doe <jane@example.org>" in text
     assert "Forwarded: no\nApplied-Upstream: 1.2, demo/lookup.py exact_name\nSigned-off-by: Jane Doe <jane@example.org>\n" in text
     assert "new file mode" not in (project / "patches/demo/demo-exact-lookup-through-the-overlay.patch").read_text()

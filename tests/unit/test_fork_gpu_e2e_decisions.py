@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from bench import e2e_decisions
-from ds4x.core import draft_depth as dd
-from ds4x.core.depth_sim import END_THINK, THINK
 from tests.scripts import load_script
+from vllm_ds4x.depth import policy as dd
+from vllm_ds4x.depth.sim import END_THINK, THINK
 
 RESULTS = Path(e2e_decisions.__file__).parent / "results"
 

@@ -45,9 +45,8 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def pins_file(tmp_path: Path, content: str | bytes) -> Path:
-    """A pins file with the patches and overlay folders a checkout has beside it."""
+    """A pins file with the patches folder a checkout has beside it."""
     (tmp_path / "patches").mkdir(exist_ok=True)
-    (tmp_path / "overlay").mkdir(exist_ok=True)
     path = tmp_path / "pins.toml"
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     return path
@@ -62,7 +61,7 @@ def pins_file(tmp_path: Path, content: str | bytes) -> Path:
         ("[targets]\nvllm = 5\n", "targets.vllm: 5 is not a table"),
         (GOOD_PINS.replace('package = "flashinfer"', "package = 5"), "targets.flashinfer.package: 5 is not an import package"),
         (GOOD_PINS.replace('default = false', 'default = "no"'), "targets.vllm.default: 'no' is not true or false"),
-        (GOOD_PINS.replace('overlays = ["vllm-common"]', 'overlays = "vllm-common"'), "targets.vllm.overlays: 'vllm-common' is not a list"),
+        (GOOD_PINS.replace('overlays = ["vllm_ds4x"]', 'overlays = "vllm_ds4x"', 1), "targets.lvllmds4-x.overlays: 'vllm_ds4x' is not a list"),
         (GOOD_PINS.replace('filename = "vllm-0.34.0.tar.gz"', 'filename = "../x.tar.gz"'), "targets.vllm.sdist.filename: '../x.tar.gz' is not a file name"),
         (GOOD_PINS.replace(f'url = "{FORK}"', f'url = "{FORK}\\nx"'), "targets.lvllmds4-x.git.url: 'https://github.com/guqiong96/Lvllmds4-x\\nx' is not a URL"),
         (GOOD_PINS.encode() + b"# \xff\n", f"pins.toml:{GOOD_LINES + 1}: byte 0xff is not UTF-8"),

@@ -38,8 +38,8 @@ def with_releases(project: Path, *entries: str) -> None:
     """The fixture's pins, with the kernel sources checked and these kernels-releases entries."""
     path = project / "pins.toml"
     listed = "kernels-releases = [\n" + "".join(f"  {e},\n" for e in entries) + "]\n"
-    path.write_text(path.read_text().replace('overlays = ["demo"]\n',
-                                             f'overlays = ["demo"]\nkernel-sources = ["demo"]\n{listed}'))
+    path.write_text(path.read_text().replace('overlays = ["demo_ds4x"]\n',
+                                             f'overlays = ["demo_ds4x"]\nkernel-sources = ["demo"]\n{listed}'))
 
 
 RELEASE_COMMIT = "c" * 40  # a release's commit where no test builds from it

@@ -12,9 +12,9 @@ import pytest
 from ds4x import launch, launch_advice
 from ds4x.checkout import HOME
 from ds4x.cli import main
-from ds4x.core import measure_analysis as analysis
-from ds4x.core.named_policies import named_policies
 from tests.serve_script import SPEC, USERS
+from vllm_ds4x.depth.named_policies import named_policies
+from vllm_ds4x.measure import analysis
 
 PROFILE = {"draft_depth": {"policy": "adaptive", "step_cost": [1.0, 2.2, 2.98]},
            "measured": {"acceptance": {"reasoning": 0.39, "answer": 0.89}, "lk_threads": 12}}

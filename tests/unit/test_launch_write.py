@@ -12,9 +12,9 @@ import pytest
 
 from ds4x import launch_args
 from ds4x.cli import main
-from ds4x.core.named_policies import named_policies
 from ds4x.launch_write import MARK
 from tests.serve_script import SPEC, USERS
+from vllm_ds4x.depth.named_policies import named_policies
 
 from .test_launch import run_script
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from ds4x.cli import main
-from ds4x.core import measure_analysis as analysis
 from tests.integration.test_measure import config
+from vllm_ds4x.measure import analysis
 
 TOKENS = [1, 2, 3, 4, 6]  # -k 2 at plan's --max-num-seqs 2
 CLEAN = [1.0, 1.6, 2.1, 2.5, 3.2]
@@ -26,7 +26,7 @@ from pathlib import Path
 
 if sys.argv[1] == "-c":  # measure's check that this Python has lk_moe
     sys.exit(0)
-here, job, threads = Path(__file__).parent, json.loads(sys.argv[3]), int(os.environ["LK_THREADS"])
+here, job, threads = Path(__file__).parent, json.loads(sys.argv[-1]), int(os.environ["LK_THREADS"])
 log = here / "jobs.jsonl"
 calls = len(log.read_text().splitlines()) if log.exists() else 0
 with log.open("a") as f:
@@ -123,7 +123,7 @@ def test_a_wider_noise_bound_advises_from_a_spread_the_default_refuses(tmp_path:
 def test_the_profile_starts_adaptive_from_each_phase_s_acceptance_inside_its_range() -> None:
     """measure's draft_depth: the per-position rate each phase's --acceptance means (0.39 at depth 2:
     0.515), kept below 1 where the rate rounds there, so that the engine takes the profile."""
-    from ds4x.core import draft_depth as dd
+    from vllm_ds4x.depth import policy as dd
 
     measured = json.loads((Path(__file__).resolve().parents[2] / "bench/results/h200-dsv4-e2e-rest/measure.json")
                           .read_text())["measured"]

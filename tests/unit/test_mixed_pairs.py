@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import mixed_pairs
-from ds4x.core import depth_mixed
+from vllm_ds4x.depth import mixed as depth_mixed
 
 RESULTS = Path(mixed_pairs.__file__).parent / "results"
 

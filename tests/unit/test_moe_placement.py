@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ds4x.core import moe_placement as mp
 from ds4x.plan import EXAMPLE
+from vllm_ds4x.moe import placement as mp
 
 GIB = 1024**3
 CONFIG = json.loads(EXAMPLE.read_text())

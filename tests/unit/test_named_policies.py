@@ -6,11 +6,17 @@ from __future__ import annotations
 import pytest
 
 from ds4x import launch
-from ds4x.core import depth_sim
-from ds4x.core.depth_config import parse_draft_depth
-from ds4x.core.named_policies import by_case, harness_policies, named_policies, per_request_policies, same_behaviour
 from engine.policies import POLICIES
 from tests.scripts import load_script
+from vllm_ds4x.depth import sim as depth_sim
+from vllm_ds4x.depth.config import parse_draft_depth
+from vllm_ds4x.depth.named_policies import (
+    by_case,
+    harness_policies,
+    named_policies,
+    per_request_policies,
+    same_behaviour,
+)
 
 PHASE_12 = {"policy": "phase", "reasoning_depth": 1, "answer_depth": 2}
 PHASE_02 = {"policy": "phase", "reasoning_depth": 0, "answer_depth": 2}

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ds4x.cli import main
-from ds4x.core import measure
 from ds4x.plan import EXAMPLE
+from vllm_ds4x.measure import cli as measure_cli
 
 
 def files(folder: Path) -> dict[str, bytes]:
@@ -70,7 +70,7 @@ def test_measure_alone_refuses_its_config_as_profile(tmp_path: Path, capsys: pyt
     config = tmp_path / "c.json"
     config.write_text(json.dumps(json.loads(EXAMPLE.read_text())))
     before = config.read_bytes()
-    assert measure.main(["--config", str(config), "--profile-out", str(config), "--force"]) == 2
+    assert measure_cli.main(["--config", str(config), "--profile-out", str(config), "--force"]) == 2
     err = capsys.readouterr().err
     assert f"--profile-out {config}: the same file as --config {config}" in err and len(err.splitlines()) == 1
     assert config.read_bytes() == before

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ds4x.core import overlap_plan as op
+from vllm_ds4x.moe import overlap_plan as op
 
 
 def halves(num_reqs: int, q: int) -> tuple[op.MicroBatch, op.MicroBatch]:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from ds4x.cli import main
-from ds4x.core import moe_engine_inputs as residency
-from ds4x.core import moe_placement as mp
 from ds4x.plan import EXAMPLE
+from vllm_ds4x.moe import engine_inputs as residency
+from vllm_ds4x.moe import placement as mp
 
 LONG = "9" * 5000
 

@@ -1,8 +1,7 @@
 """Two micro-batches' attention metadata (#20 item 2) are views of the step's own buffers,
 so a FULL decode graph captured with them reads the values written before each replay.
 
-The module under test is the fork overlay itself, loaded from its file (it imports torch, so it is
-not in ds4x.core); its metadata class stand-in has CommonAttentionMetadata's fields
+The module under test is the hook itself (it imports torch at its top); its metadata class stand-in has CommonAttentionMetadata's fields
 (vllm/v1/attention/backend.py at the pin)."""
 
 from __future__ import annotations
@@ -14,10 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="ci/test installs torch; the views are torch tensors")
 
-from ds4x.core import overlap_plan as op  # noqa: E402
-from tests.scripts import load_overlay_module  # noqa: E402
-
-ub = load_overlay_module("lvllmds4-x/vllm/ds4x/ubatch_overlap.py")
+from vllm_ds4x.hooks import ubatch_overlap as ub  # noqa: E402
+from vllm_ds4x.moe import overlap_plan as op  # noqa: E402
 
 
 def halves(num_reqs: int, q: int) -> tuple[op.MicroBatch, op.MicroBatch]:

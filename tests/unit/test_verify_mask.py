@@ -1,15 +1,13 @@
-"""vllm.ds4x.verify_mask (the fork's model runner half of per-request verify depths) on CPU tensors:
+"""vllm_ds4x.hooks.verify_mask (the fork's model runner half of per-request verify depths) on CPU tensors:
 the static row mask a step marks, the tokens each request keeps, and the marks a later step clears,
-whatever the order of batch sizes. Loaded from its overlay file inside a stand-in `vllm.ds4x` package
-spanning the overlay and the core, as a built tree has it."""
+whatever the order of batch sizes. Imported by name (it needs torch and numpy, not vLLM)."""
 
 from __future__ import annotations
 
 import importlib
-import sys
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -32,23 +30,14 @@ def dspark(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 
 def loaded(monkeypatch: pytest.MonkeyPatch, method: str, verify: str = "request") -> Generator[Any, None, None]:
-    vllm, ds4x = ModuleType("vllm"), ModuleType("vllm.ds4x")
-    vllm.__path__ = []
-    ds4x.__path__ = [str(ROOT / "overlay/lvllmds4-x/vllm/ds4x"), str(ROOT / "ds4x/core")]
-    for name, module in (("vllm", vllm), ("vllm.ds4x", ds4x)):
-        monkeypatch.setitem(sys.modules, name, module)
-    for name in [n for n in sys.modules if n.startswith("vllm.ds4x.")]:
-        monkeypatch.delitem(sys.modules, name)
-    module = importlib.import_module("vllm.ds4x.verify_mask")
+    from vllm_ds4x.hooks import verify_mask
+
+    module = importlib.reload(verify_mask)  # fresh state: enable() sets it once per engine
     config = SimpleNamespace(speculative_config=SimpleNamespace(
         method=method, num_speculative_tokens=K,
         draft_depth={"policy": "phase", "reasoning_depth": 0, "verify": verify}))
     module.enable(config, 16, torch.device("cpu"))
-    try:
-        yield module
-    finally:
-        for name in [n for n in sys.modules if n.startswith("vllm.ds4x.")]:
-            del sys.modules[name]
+    yield module
 
 
 def step(vm: Any, depths: dict[str, int] | None, req_ids: list[str], drafts: list[int]) -> list[int] | None:

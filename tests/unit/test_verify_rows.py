@@ -1,11 +1,11 @@
-"""Per-request verify depths in one uniform decode batch (ds4x.core.verify_rows): the rows masked and the
+"""Per-request verify depths in one uniform decode batch (vllm_ds4x.depth.verify_rows): the rows masked and the
 tokens kept, checked against verifying fewer drafts directly."""
 
 from __future__ import annotations
 
 import random
 
-from ds4x.core import verify_rows as vr
+from vllm_ds4x.depth import verify_rows as vr
 
 
 def test_a_batch_with_no_request_below_its_drafts_masks_nothing() -> None:

@@ -152,12 +152,13 @@ def test_wheel_command_end_to_end(capsys: pytest.CaptureFixture[str], project: P
     assert f"sha256:{sha}" in out
     with zipfile.ZipFile(built) as zf:
         assert zf.read("demo/lookup.py") == (project / "trees/demo/demo/lookup.py").read_bytes()
-        assert zf.read("demo/extra.py") == b"ANSWER = 42\n" and zf.read("demo/_C.so") == b"ELF kernels"
+        assert zf.read("demo_ds4x/extra.py") == b"ANSWER = 42\n" and zf.read("demo/_C.so") == b"ELF kernels"
         info = built.name.split("-cp311")[0] + ".dist-info"
         record = json.loads(zf.read(f"{info}/ds4x_provenance.json"))
     assert record["source"] == {"kind": "git", "url": "https://example.invalid/demo/upstream", "commit": git_repo[1]}
     assert [p["name"] for p in record["patches"]] == ["demo-exact-lookup.patch"]
-    assert record["overlay"] == {"demo/extra.py": hashlib.sha256(b"ANSWER = 42\n").hexdigest()}
+    assert record["overlay"] == {"demo_ds4x/__init__.py": hashlib.sha256(b"").hexdigest(),
+                                 "demo_ds4x/extra.py": hashlib.sha256(b"ANSWER = 42\n").hexdigest()}
     version = built.name.split("-")[1]
     assert (dist / "constraints.txt").read_text().splitlines()[1] == f"demo=={version} --hash=sha256:{sha}"
     # same inputs, same bytes
@@ -191,7 +192,7 @@ def test_release_wheel_reuse_checks_kernel_sources(capsys: pytest.CaptureFixture
     git(upstream, "commit", "-qam", "kernels v2")
     changed = git(upstream, "rev-parse", "HEAD")
     pins = project / "pins.toml"
-    text = pins.read_text().replace('overlays = ["demo"]', 'overlays = ["demo"]\nkernel-sources = ["csrc"]')
+    text = pins.read_text().replace('overlays = ["demo_ds4x"]', 'overlays = ["demo_ds4x"]\nkernel-sources = ["csrc"]')
     kernels = kernels_wheel(tmp_path)
     release_wheel = kernels.rename(kernels.with_name(f"demo-1.1+g{release[:9]}-cp311-cp311-linux_x86_64.whl"))
     dist = tmp_path / "dist"

@@ -101,7 +101,7 @@ def test_refresh_writes_dep3_patch_and_series(capsys: pytest.CaptureFixture[str]
     assert text.startswith("From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n")
     assert "Subject: demo: exact lookup\n" in text and "Forwarded: no\n" in text
     assert "extra.py" not in text  # overlay files stay out of patches
-    assert (tree / "demo" / "extra.py").read_text() == "ANSWER = 42\n"
+    assert (tree / "demo_ds4x" / "extra.py").read_text() == "ANSWER = 42\n"
 
 
 def test_check_round_trip_is_byte_identical(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path, git_repo: Repo) -> None:
@@ -191,8 +191,8 @@ def test_export_writes_upstream_ready_files_and_mbox(capsys: pytest.CaptureFixtu
     (exported,) = out.iterdir()
     assert exported.name == "0001-demo-exact-lookup.patch"
     text = exported.read_text()
-    # the overlay file no patch imports goes into the last patch
-    assert "Subject: [PATCH] demo: exact lookup" in text and " 2 files changed" in text and "+++ b/demo/extra.py" in text
+    # an overlay file that neither a patch nor an entry point imports stays out
+    assert "Subject: [PATCH] demo: exact lookup" in text and " 1 file changed" in text and "demo_ds4x" not in text
     mbox = tmp_path / "series.mbox"
     assert run(capsys, project, tmp_path, git_repo, "export", "--target", "demo", "--mbox", str(mbox), *author)[0] == 0
     assert mbox.read_text() == text
@@ -289,7 +289,7 @@ def test_an_interrupted_roll_leaves_pins_and_patches_as_they_were(capsys: pytest
                        git(upstream, "rev-parse", "HEAD"))
     assert (code, err.splitlines()[-1], written) == (130, "interrupted", ["demo-exact-lookup.patch"])
     assert (snapshot(project / "patches"), (project / "pins.toml").read_bytes()) == before
-    assert sorted(p.name for p in project.iterdir()) == ["overlay", "patches", "pins.toml", "trees"]
+    assert sorted(p.name for p in project.iterdir()) == ["demo_ds4x", "patches", "pins.toml", "trees"]
 
 
 def test_roll_a_git_pin_to_a_commit(capsys: pytest.CaptureFixture[str], project: Path, tmp_path: Path,

@@ -1,0 +1,155 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""measure's analysis half, pure: a timed lk_moe curve into warnings, its noise, tables, step costs, predictions and the profile.
+
+The fork's ``vllm_ds4x.measure.request`` times lk_moe (its command line and worker
+processes) and hands the runs here; ``plan --measure`` and the tests read
+the same arithmetic by name.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from vllm_ds4x.depth import mixed as depth_mixed
+from vllm_ds4x.depth import sim as depth_sim
+
+SLOWDOWN = 1.5  # a thread count this much slower than the best is worth a warning
+PREDICT_TOKENS = {"reasoning": 3000, "answer": 800}  # a request's tokens per phase in the predictions
+PREDICT_SEEDS = 10  # simulated runs a prediction averages
+SPREAD_BOUND = 0.2  # a token count whose repeats' medians differ by more than this share of their median is noise
+DROP_SHARE = 0.25  # more tokens costing less than fewer by more than this share of the bound: noise
+DROP_SLACK = SPREAD_BOUND * DROP_SHARE  # 5% at the default bound (more experts never cost less)
+Run = dict[str, Any]
+"""one LK_THREADS setting's timings, as measure's worker writes them"""
+
+
+def thread_warnings(runs: list[Run]) -> tuple[Run, list[str]]:
+    """The fastest run at one token, and a warning for every much slower one."""
+    def one_token(run: Run) -> float:
+        return float(run["cases"][0]["ms"])
+
+    best = min(runs, key=one_token)
+    warnings = [f"LK_THREADS={run['threads']}: {one_token(run):.2f} ms a layer call, {one_token(run) / one_token(best):.1f}x "
+                f"the {one_token(best):.2f} ms of LK_THREADS={best['threads']}"
+                for run in runs if one_token(run) > SLOWDOWN * one_token(best)]
+    return best, warnings
+
+
+def spread(case: dict[str, Any]) -> float:
+    """How far one token count's repeats (the worker's rounds) lie apart, as a share of their median."""
+    repeats = [float(ms) for ms in case.get("repeats") or [case["ms"]]]
+    return (max(repeats) - min(repeats)) / statistics.median(repeats)
+
+
+def noise(run: Run, bound: float = SPREAD_BOUND) -> list[str]:
+    """Why a curve is too noisy to advise from: more tokens that cost less (by more than
+    DROP_SHARE of `bound`), or repeats spread past `bound`, each with its figures; none
+    for a clean curve."""
+    cases = sorted(run["cases"], key=lambda case: case["tokens"])
+    found = [f"{b['tokens']} tokens cost {b['ms']:.2f} ms, less than {a['tokens']} at {a['ms']:.2f}"
+             for a, b in itertools.pairwise(cases) if b["ms"] < (1 - bound * DROP_SHARE) * a["ms"]]
+    wide = max(cases, key=spread)
+    if spread(wide) > bound:
+        found.append(f"repeats at {wide['tokens']} tokens spread {spread(wide):.0%} of their median "
+                     f"(bound {bound:.0%}, --noise-bound)")
+    return found
+
+
+def curve_table(run: Run, expert_bytes: float, moe_layers: int) -> list[str]:
+    """The curve by tokens: distinct experts, ms a layer and a step, effective GB/s, the repeats' spread."""
+    lines = [f"{'tokens':>6} {'distinct experts':>17} {'ms/layer':>9} {'ms/step':>8} {'GB/s':>6} {'spread':>6}"]
+    for case in run["cases"]:
+        gbs = case["distinct"] * expert_bytes / (case["ms"] / 1000) / 1e9
+        lines.append(f"{case['tokens']:>6} {case['distinct']:17.1f} {case['ms']:9.2f} {case['ms'] * moe_layers:8.1f} "
+                     f"{gbs:6.1f} {spread(case):6.0%}")
+    return lines
+
+
+def step_seconds(run: Run, k: int, moe_layers: int, rest_ms: Sequence[float], requests: int = 1) -> list[float]:
+    """A step of `requests` requests verifying 1..K+1 tokens each: the measured
+    CPU MoE part for every MoE layer (one call for all the step's tokens), plus
+    the rest of the step (GPU side, drafter, scheduler), one figure for every
+    depth or one per depth: depth_sim's step without overlap."""
+    return depth_sim.step_seconds(depth_sim.run_curve(run), moe_layers, list(rest_ms), requests, k, depth_sim.Overlap())
+
+
+def step_cost(seconds: list[float]) -> list[float]:
+    """A step's cost by tokens verified, relative to one token: what adaptive starts from."""
+    return [round(s / seconds[0], 4) for s in seconds]
+
+
+def ubatch_advice(run: Run, gpu_ms: float, moe_layers: int) -> str:
+    """Whether two micro-batches (LVLLM_MOE_OVERLAP=ubatch) pay on this curve, and up to how many tokens:
+    the GPU part a split can hide is the rest of a step (--gpu-ms) but what runs outside the layers
+    (depth_sim.OUTSIDE_MS; plan --measure --overlap takes another)."""
+    hidden = depth_sim.hidden_ms(gpu_ms, moe_layers)
+    tokens = depth_sim.ubatch_tokens(depth_sim.run_curve(run), hidden)
+    if tokens == 0:
+        return depth_sim.no_split(hidden)
+    return (f"two micro-batches pay up to {tokens} token(s) each (two calls of n tokens cost less than one of 2n "
+            f"plus a layer's {hidden:.2f} ms GPU part): LVLLM_MOE_OVERLAP=ubatch LVLLM_MOE_UBATCH_TOKENS={tokens}")
+
+
+def batch_sizes(max_num_seqs: int) -> list[int]:
+    """The running requests measure predicts and prices: one, and --max-num-seqs."""
+    return sorted({1, max_num_seqs})
+
+
+def step_costs(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_seqs: int) -> dict[str, list[float]]:
+    """adaptive's start: the relative step costs by running requests (1 and --max-num-seqs), as
+    draft_depth.step_cost takes them; the curve's shape changes with the batch."""
+    return {str(n): step_cost(step_seconds(best, k, moe_layers, gpu_ms, n)) for n in batch_sizes(max_num_seqs)}
+
+
+def adaptive_start(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_seqs: int,
+                   acceptance: Sequence[float]) -> dict[str, Any]:
+    """What adaptive starts from: the measured step costs, and per phase the acceptance per
+    position that the phase's given rate at depth K means (`acceptance`: reasoning, answer; kept
+    inside (0, 1), which prior_acceptance takes, for rates at its ends)."""
+    return {"step_cost": step_costs(best, k, moe_layers, gpu_ms, max_num_seqs),
+            "prior_acceptance": {phase: min(max(round(depth_sim.conditional(rate, k), 3), 0.001), 0.999)
+                                 for phase, rate in zip(("reasoning", "answer"), acceptance)}}
+
+
+def predict(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_seqs: int,
+            acceptance: Sequence[float]) -> tuple[dict[int, Any], list[str]]:
+    """depth_sim's tok/s per policy on the measured curve, for one request and --max-num-seqs
+    (`acceptance`: reasoning, answer at depth K), and the lines that print them."""
+    rates = {"reasoning": acceptance[0], "answer": acceptance[1]}
+    start = adaptive_start(best, k, moe_layers, gpu_ms, max_num_seqs, acceptance)
+    predicted, lines = {}, []
+    for requests in batch_sizes(max_num_seqs):
+        costs = step_seconds(best, k, moe_layers, gpu_ms, requests)
+        predicted[requests] = depth_sim.compare(costs, rates, PREDICT_TOKENS, seeds=PREDICT_SEEDS,
+                                                requests=requests, start=start)  # as the profile starts it
+        lines += ["", f"predicted, {requests} running request(s), the rest of a step {' / '.join(map(str, gpu_ms))} "
+                      f"ms, acceptance {rates['reasoning']:.0%} reasoning / {rates['answer']:.0%} answer:",
+                  *depth_sim.table(predicted[requests])]
+    return predicted, lines
+
+
+def mixed(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_seqs: int,
+          acceptance: Sequence[float]) -> list[str]:
+    """depth_mixed's prediction for a mixed batch of --max-num-seqs (half reasoning, half answering) on the
+    measured curve: every policy today (the deepest depth for all) against each request's own; none below 2."""
+    if max_num_seqs < 2:
+        return []
+    rates = {"reasoning": acceptance[0], "answer": acceptance[1]}
+    lines = depth_mixed.report(depth_sim.run_curve(best), moe_layers, gpu_ms, max_num_seqs, k, rates,
+                               depth_sim.policies(k))
+    return ["", f"predicted, {lines[0]}", *lines[1:]]
+
+
+def profile(best: Run, runs: list[Run], fmt: str, k: int, moe_layers: int, gpu_ms: Sequence[float],
+            max_num_seqs: int, acceptance: Sequence[float], predicted: dict[int, Any]) -> dict[str, Any]:
+    """ds4x-step-cost.json: the draft_depth object adaptive starts from, and what was measured."""
+    return {"draft_depth": {"policy": "adaptive", **adaptive_start(best, k, moe_layers, gpu_ms, max_num_seqs, acceptance)},
+            "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
+                         "step_seconds": step_seconds(best, k, moe_layers, gpu_ms), "gpu_ms": gpu_ms,
+                         "acceptance": {"reasoning": acceptance[0], "answer": acceptance[1]},
+                         "runs": runs, "predicted_tok_s": predicted[1],
+                         "predicted_tok_s_by_requests": {str(n): r for n, r in predicted.items()}}}

@@ -1,0 +1,172 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""measure's timing worker: one routed-expert layer through lk_moe, timed for every token count of a job.
+
+measure runs this module (``python -m vllm_ds4x.measure.worker --worker JOB``), one process per LK_THREADS
+value, in the Python that has lk_moe, numpy and (for a GPU) torch: it imports them only inside its
+functions, and nothing of the package, so it runs outside it and the core imports without them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+GROUP = 32  # MXFP4: one e8m0 scale per 32 weights along K
+SCALE = 118  # e8m0 exponent of every block: small enough that random weights give finite outputs
+BATCHED_TOKENS = 8192  # the engine's max_num_batched_tokens, which sizes lk_moe's prefill groups
+ROUNDS = 3  # the worker times every token count in turn this often; the rounds' medians are the repeats
+
+
+def _layer(spec: dict[str, Any]) -> tuple[Any, tuple[Any, ...]]:
+    """lk_moe's engine over one random layer, and the arrays it reads."""
+    import lk_moe
+    import numpy as np
+
+    experts, top_k, hidden, inter = spec["experts"], spec["top_k"], spec["hidden"], spec["inter"]
+    cfg = lk_moe.MOEConfigV2()  # the fields Lvllmds4-x's routed_experts.py sets, as it sets them
+    cfg.num_processes, cfg.process_id, cfg.gpu_id = 1, 0, 0
+    cfg.has_gate_proj = True
+    cfg.expert_num, cfg.top_k = experts, top_k
+    cfg.hidden_size, cfg.intermediate_size = hidden, inter
+    cfg.max_num_seqs = spec["max_tokens"]  # max_num_seqs x (1 + K), as the fork sizes it
+    cfg.max_batch_size = BATCHED_TOKENS
+    cfg.stride, cfg.group_min_len, cfg.group_max_len = 32, 10, min(4096, BATCHED_TOKENS) + 128
+    cfg.activation_type = 0  # silu
+    cfg.use_gpu_prefill = False
+    rng = np.random.default_rng(0)
+
+    def filled(shape: tuple[int, ...], one_expert: np.ndarray) -> np.ndarray:
+        """Every expert a copy of one random expert: each page is written (a
+        never-written page reads as zeros from no memory at all)."""
+        out = np.empty(shape, one_expert.dtype)
+        out[:] = one_expert
+        return out
+
+    if spec["format"] == "mxfp4":  # packed e2m1 pairs and e8m0 scales, as the fork passes them
+        cfg.groupN, cfg.groupK = 1, GROUP
+        w13 = filled((experts, 2 * inter, hidden // 2), rng.integers(0, 256, (2 * inter, hidden // 2), np.uint8))
+        w2 = filled((experts, hidden, inter // 2), rng.integers(0, 256, (hidden, inter // 2), np.uint8))
+        s13 = np.full((experts, 2 * inter, hidden // GROUP), SCALE, np.uint8)
+        s2 = np.full((experts, hidden, inter // GROUP), SCALE, np.uint8)
+        moe = lk_moe.MOE_MXFP4(cfg, w13.ctypes.data, w2.ctypes.data, s13.ctypes.data, s2.ctypes.data, 0, 0)
+        return moe, (w13, w2, s13, s2)
+
+    def bf16(shape: tuple[int, ...], scale: float) -> np.ndarray:
+        values = rng.standard_normal(shape, np.float32) * scale
+        return (values.view(np.uint32) >> 16).astype(np.uint16)  # bf16 bits
+
+    w13 = filled((experts, 2 * inter, hidden), bf16((2 * inter, hidden), hidden**-0.5))
+    w2 = filled((experts, hidden, inter), bf16((hidden, inter), inter**-0.5))
+    moe = lk_moe.MOE_BF16(cfg, w13.ctypes.data, w2.ctypes.data, 0, 0, 0, 0)
+    return moe, (w13, w2)
+
+
+def _caller(moe: Any, spec: dict[str, Any], tokens: int) -> tuple[str, Callable[[Any], None], Callable[[Any], Any]]:
+    """One layer call for `tokens` tokens routed by ids (int32 [tokens, top_k]):
+    cpu_decode on a CUDA stream with inputs on the GPU, as inside the engine's
+    graphs, when torch sees a GPU; cpu_prefill on host buffers otherwise."""
+    import numpy as np
+
+    hidden, top_k = spec["hidden"], spec["top_k"]
+    weights = np.full((tokens, top_k), 1 / top_k, np.float32)
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    if not gpu:
+        x = np.zeros((tokens, hidden), np.uint16)
+        out = np.empty((tokens, hidden), np.float32)
+
+        def prefill(ids: np.ndarray) -> None:
+            moe.cpu_prefill(tokens, top_k, ids.ctypes.data, weights.ctypes.data, x.ctypes.data, out.ctypes.data)
+
+        return "cpu_prefill", prefill, lambda ids: ids
+    x_gpu = torch.randn(tokens, hidden, device="cuda").bfloat16()
+    w_gpu = torch.from_numpy(weights).cuda()
+    out_gpu = torch.empty(spec["max_tokens"], hidden, device="cuda")
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call, unused-ignore]
+
+    def decode(ids_gpu: Any) -> None:
+        moe.cpu_decode(stream.cuda_stream, tokens, top_k, x_gpu.data_ptr(), ids_gpu.data_ptr(), w_gpu.data_ptr(),
+                       out_gpu.data_ptr())
+        stream.synchronize()
+
+    return "cpu_decode", decode, lambda ids: torch.from_numpy(ids).cuda()
+
+
+Timed = dict[int, tuple[list[list[float]], list[int]]]
+"""by token count: each round's seconds a call, and the distinct experts of every call's routing"""
+
+
+def _rounds(moe: Any, spec: dict[str, Any]) -> tuple[str, Timed]:
+    """Every token count timed in turn, ROUNDS times, each within its share of the
+    budget (at least 2 timed calls after one that warms up); the path timed. One
+    count's buffers at a time, as the engine holds them."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    experts, top_k, path = spec["experts"], spec["top_k"], ""
+    share = spec["budget_s"] / len(spec["tokens"]) / ROUNDS
+    timed: Timed = {tokens: ([], []) for tokens in spec["tokens"]}
+    for _ in range(ROUNDS):
+        for tokens in spec["tokens"]:
+            path, call, place = _caller(moe, spec, tokens)
+            samples: list[float] = []
+            end = time.perf_counter() + share
+            while len(samples) < 3 or (time.perf_counter() < end and len(samples) < 500 // ROUNDS):
+                ids = np.argsort(rng.random((tokens, experts)), axis=1)[:, :top_k].astype(np.int32)
+                routed = place(ids)
+                start = time.perf_counter()
+                call(routed)
+                samples.append(time.perf_counter() - start)
+                timed[tokens][1].append(len(np.unique(ids)))
+            timed[tokens][0].append(samples[1:])  # the first call after another token count warms up
+    return path, timed
+
+
+def worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """Median ms per layer call for each token count, over ROUNDS in turn (so load
+    that comes and goes reaches every count), with each round's median (the repeats
+    measure's noise check reads) and mean distinct experts; with `bandwidth`, RAM
+    read bandwidth first."""
+    result: dict[str, Any] = {"threads": int(os.environ.get("LK_THREADS", "0"))}
+    if spec.get("bandwidth"):
+        result["ram_gbs"] = ram_read_gbs(spec["bandwidth"])
+    moe, arrays = _layer(spec)
+    del arrays  # lk_moe holds its own copy
+    path, timed = _rounds(moe, spec)
+    cases = [{"tokens": tokens, "ms": 1000 * statistics.median([s for one in rounds for s in one]),
+              "calls": sum(map(len, rounds)), "repeats": [1000 * statistics.median(one) for one in rounds],
+              "distinct": statistics.fmean(distinct)} for tokens, (rounds, distinct) in timed.items()]
+    return {**result, "path": path, "cases": cases}
+
+
+
+
+def ram_read_gbs(nbytes: int = 1 << 30) -> float:
+    """RAM read bandwidth for reference: numpy sums over a buffer larger than
+    any cache, one slice per core in threads (numpy lets go of the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    data = np.ones(nbytes // 8, np.float64)
+    parts = np.array_split(data, os.cpu_count() or 1)
+    with ThreadPoolExecutor(len(parts)) as pool:
+        list(pool.map(np.sum, parts))  # warm
+        start = time.perf_counter()
+        list(pool.map(np.sum, parts))
+        return nbytes / (time.perf_counter() - start) / 1e9
+
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
+    print(json.dumps(worker(json.loads(sys.argv[2]))), flush=True)
