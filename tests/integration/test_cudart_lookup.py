@@ -11,8 +11,8 @@ from types import ModuleType
 
 import pytest
 
-from ds4x import pins, sources
-from ds4x.doctor import load_upstream_file
+from ds4x.build import pins, sources
+from ds4x.deploy.doctor import load_upstream_file
 from tests.integration.conftest import extract
 
 pytestmark = pytest.mark.network
@@ -96,7 +96,7 @@ def test_newest_release_matches_the_file_name_its_own_way(case: str, newest_modu
 def newest_module(modules: tuple[ModuleType, ModuleType], repo_pins: pins.Pins, settings: sources.Settings,
                   tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     """cuda_ipc.py of the newest FlashInfer release on the index (libcudart loaded by `modules`)."""
-    from ds4x import roll
+    from ds4x.build import roll
 
     target = repo_pins.get("flashinfer")
     assert target.wheel

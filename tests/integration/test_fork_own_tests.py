@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from ds4x import pins, sources
+from ds4x.build import pins, sources
 from ds4x.cli import main
 from tests.integration.test_vllm_own_tests import assert_none_only_unpatched, run_trees
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ds4x import sources
+from ds4x.build import sources
 from ds4x.cli import main
 from tests.integration.conftest import engine_json, harness_cpu_check
 from tests.integration.test_scheduler_depth import check_drafter_rest, check_per_request
@@ -153,7 +153,7 @@ def test_the_launch_scripts_variables_are_read_by_the_fork(patched_fork: Path, t
     """Every LVLLM_ variable `plan --launch` exports is read by the patched fork's Python."""
     script = tmp_path / "serve.sh"
     assert main(["plan", "--launch", str(script), "-q"]) == 0
-    from ds4x import launch
+    from ds4x.deploy import launch
 
     names = [name for name in launch.read(script).env if name.startswith("LVLLM_")]
     assert names

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from ds4x import pins, sources
+from ds4x.build import pins, sources
 from ds4x.checkout import HOME
 
 FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"

@@ -52,7 +52,7 @@ def test_lk_moe_reads_lk_threads(lk_python: Path) -> None:
 
 CHECK_WITH_VLLM = """
 import json
-from ds4x import launch_args
+from ds4x.deploy import script_reader
 from tests.serve_script import SPEC, USERS
 
 def values(options):  # JSON values compared as values (vLLM writes them back with its own spacing)
@@ -60,13 +60,13 @@ def values(options):  # JSON values compared as values (vLLM writes them back wi
 
 
 text = USERS.format(threads=1, spec=SPEC)
-out = {"parser": launch_args.vllm_parser() is not None,
-       "agree": values(launch_args.with_vllm_parser(launch_args.read(text)).options)
-       == values(launch_args.read(text).options)}
+out = {"parser": script_reader.vllm_parser() is not None,
+       "agree": values(script_reader.with_vllm_parser(script_reader.read(text)).options)
+       == values(script_reader.read(text).options)}
 try:
-    launch_args.with_vllm_parser(launch_args.read(text.replace("--max-model-len 1048576", "--max-model-len lots")))
+    script_reader.with_vllm_parser(script_reader.read(text.replace("--max-model-len 1048576", "--max-model-len lots")))
     out["refused"] = False
-except launch_args.ScriptError as e:
+except script_reader.ScriptError as e:
     out["refused"] = "vLLM's own parser refuses" in str(e)
 print(json.dumps(out))
 """
@@ -85,11 +85,11 @@ def test_check_launch_reads_the_users_script_with_vllms_own_parser(engine_python
 
 CHECK_WITH_VLLM_CONFIG = """
 import json
-from ds4x import launch_args
+from ds4x.deploy import script_reader
 
 spec = {"method": "dspark", "num_speculative_tokens": 2, "draft_depth": {"policy": "fixed"}}
 def problems(**changes):
-    return launch_args.vllm_config_problems({"--speculative-config": json.dumps({**spec, **changes})})
+    return script_reader.vllm_config_problems({"--speculative-config": json.dumps({**spec, **changes})})
 
 out = {"good": problems(),
        "range": problems(prompt_lookup_max=-3),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import pins, sources
+from ds4x.build import pins, sources
 from ds4x.cli import main
 from tests.conftest import git
 from tests.integration.conftest import CPU_ENGINE

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import pins, roll, sources
+from ds4x.build import pins, roll, sources
 from ds4x.cli import main
 from ds4x.digest import sha256_file
 from tests.integration.conftest import ROOT

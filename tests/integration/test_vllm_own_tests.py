@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from ds4x import pins, sources
+from ds4x.build import pins, sources
 from tests.integration.conftest import CPU_ENGINE
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]

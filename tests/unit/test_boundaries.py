@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import plan
+from ds4x.build.wheel import CONSTRAINTS_HEADER
 from ds4x.checkout import HOME
 from ds4x.cli import main
-from ds4x.wheel import CONSTRAINTS_HEADER
+from ds4x.deploy import plan
 from tests.unit.test_input_checks import refused
 
 NOT_UTF8 = "/tmp/x\udcff"  # how Python hands over the byte 0xff of an environment variable

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import depth_sim as bench_sim
-from ds4x import plan
+from ds4x.deploy import plan
 from vllm_ds4x.depth import sim
 from vllm_ds4x.measure import analysis
 

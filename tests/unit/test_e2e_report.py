@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bench import e2e_decode, e2e_mixed
-from ds4x import launch
+from ds4x.deploy import launch
 from vllm_ds4x.depth import sim
 
 LAYERS, CPU_MS = 4, {1: 2.0, 2: 3.6, 3: 5.0, 4: 6.4, 6: 9.0}  # layer ms by tokens

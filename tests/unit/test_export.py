@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ds4x.build.export import imported_modules, placement
 from ds4x.cli import main
-from ds4x.export import imported_modules, placement
 from tests.conftest import cli_args, git
 
 Repo = tuple[Path, str]

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import series
+from ds4x.build import series
+from ds4x.build.sources import local_mirror
 from ds4x.checkout import HOME
 from ds4x.cli import main
+from ds4x.deploy.plan import EXAMPLE
 from ds4x.errors import InputError
-from ds4x.plan import EXAMPLE
-from ds4x.sources import local_mirror
 
 GOOD_PINS = HOME.pins.read_text()
 GOOD_LINES = GOOD_PINS.count("\n")
@@ -81,7 +81,7 @@ def test_pins_a_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> No
 
 
 def test_the_pins_of_the_checkout_pass() -> None:
-    from ds4x import pins
+    from ds4x.build import pins
 
     assert set(pins.load(HOME.pins).targets) == {"lvllmds4-x", "vllm", "vllm-cpu-engine", "flashinfer"}
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import pins, releases, sources
+from ds4x.build import pins, releases, sources
+from ds4x.build.problems import MissingInput, MissingInputs
 from ds4x.checkout import HOME
 from ds4x.cli import main
 from ds4x.errors import Ds4xError, InputError
-from ds4x.problems import MissingInput, MissingInputs
 from tests.conftest import UPSTREAM_URL, cli_args
 from tests.unit.test_wheel import kernels_wheel
 from tests.unit.test_workspace import make_patch

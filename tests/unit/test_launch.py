@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import launch
 from ds4x.cli import main
+from ds4x.deploy import launch
 
 SPEC = '{"method": "dspark", "num_speculative_tokens": 2, "draft_depth": {"policy": "phase", "reasoning_depth": 0}}'
 

@@ -1,6 +1,7 @@
 """The engine library (vllm_ds4x) is one package, imported by its name everywhere, and its layers
 import one way (docs/layout.md): shared modules <- depth, moe <- measure <- hooks; only the hooks
-import vLLM or torch at their top; nothing in it imports the tool, and the tool never imports the hooks."""
+import vLLM or torch at their top; nothing in it imports the tool, and the tool never imports the
+hooks. The tool imports one way too: shared modules <- build <- deploy <- cli."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import vllm_ds4x
-from ds4x import overlay
+from ds4x.build import overlay
 from ds4x.checkout import HOME
 from ds4x.errors import InputError
 
@@ -97,3 +98,27 @@ def test_no_module_is_loaded_by_path_or_made_up() -> None:
             # FlashInfer's cuda_ipc.py (its package __init__ compiles kernels), the checkout's scripts, this test
             assert "cuda_ipc" in text or path.name in {"scripts.py", "test_layering.py"}, path
         assert not re.search(r"ModuleType\([\"'](vllm|vllm_ds4x)[\"'.]", text), path
+
+
+TOOL_LAYER = {"build": 1, "deploy": 2, "cli": 3}
+"""a tool module's layer by its first name under ds4x (0: the shared modules at the top)"""
+
+
+def tool_module(path: Path) -> str:
+    return ".".join(path.relative_to(HOME.root).with_suffix("").parts).removesuffix(".__init__")
+
+
+def tool_layer(module: str) -> int:
+    parts = module.split(".")
+    return TOOL_LAYER.get(parts[1], 0) if len(parts) > 1 else 0
+
+
+@pytest.mark.parametrize("path", sorted(TOOL.rglob("*.py")), ids=tool_module)
+def test_the_tool_imports_one_way(path: Path) -> None:
+    """shared <- build <- deploy <- cli; deploy takes only the cache folder (sources) from build."""
+    name = tool_module(path)
+    for imported in {m for m in imports(path) if m.startswith("ds4x.")}:
+        same_package = imported.split(".")[:2] == name.split(".")[:2]
+        assert same_package or tool_layer(imported) in (0, *range(tool_layer(name))), (name, imported)
+        if tool_layer(name) == TOOL_LAYER["deploy"] and tool_layer(imported) == TOOL_LAYER["build"]:
+            assert imported in {"ds4x.build", "ds4x.build.sources"}, (name, imported)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4x.plan import EXAMPLE
+from ds4x.deploy.plan import EXAMPLE
 from vllm_ds4x.moe import placement as mp
 
 GIB = 1024**3

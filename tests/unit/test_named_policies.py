@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ds4x import launch
+from ds4x.deploy import launch
 from engine.policies import POLICIES
 from tests.scripts import load_script
 from vllm_ds4x.depth import sim as depth_sim

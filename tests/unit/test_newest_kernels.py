@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import newest, sources
+from ds4x.build import newest, sources
+from ds4x.build.pins import Artifact, Target
+from ds4x.build.words import drift_line
 from ds4x.checkout import Layout
-from ds4x.pins import Artifact, Target
-from ds4x.words import drift_line
 
 WHEEL_TAGS = "cp38-abi3-manylinux_2_28_x86_64"
 FILES = {  # project -> its files on the index

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ds4x.cli import main
-from ds4x.plan import EXAMPLE
+from ds4x.deploy.plan import EXAMPLE
 from vllm_ds4x.measure import cli as measure_cli
 
 

@@ -1,4 +1,4 @@
-"""ds4x.pins: the repository's pins load exact, and bad pins are refused by name."""
+"""ds4x.build.pins: the repository's pins load exact, and bad pins are refused by name."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import pins
+from ds4x.build import pins
 from ds4x.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ds4x.cli import main
-from ds4x.plan import EXAMPLE
+from ds4x.deploy.plan import EXAMPLE
 from vllm_ds4x.moe import engine_inputs as residency
 from vllm_ds4x.moe import placement as mp
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ds4x import launch, plan
 from ds4x.cli import parser
-from ds4x.planned import Plan, PlanRequest
+from ds4x.deploy import launch, plan
+from ds4x.deploy.planned import Plan, PlanRequest
 
 
 def request(*options: str) -> PlanRequest:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import newest, pins, roll, sources, workspace
+from ds4x.build import newest, pins, roll, sources, workspace
+from ds4x.build.pins import GitPin
+from ds4x.build.problems import PatchError, PatchProblem, RollConflict
 from ds4x.checkout import Checkout
 from ds4x.cli import main
 from ds4x.errors import InputError
-from ds4x.pins import GitPin
-from ds4x.problems import PatchError, PatchProblem, RollConflict
 from tests.conftest import UPSTREAM_URL, cli_args, git
 from tests.unit.test_workspace import make_patch
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import pins, roll, sources
+from ds4x.build import pins, roll, sources
+from ds4x.build.pins import Artifact, GitPin
 from ds4x.errors import Ds4xError
-from ds4x.pins import Artifact, GitPin
 
 URL = "https://github.com/vllm-project/vllm"
 PINS = f"""\

@@ -1,4 +1,4 @@
-"""ds4x.series: the quilt series file and each patch's DEP-3 header, read and refused by file and line."""
+"""ds4x.build.series: the quilt series file and each patch's DEP-3 header, read and refused by file and line."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import series
+from ds4x.build import series
 from ds4x.errors import InputError
 
 PATCH = """From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001

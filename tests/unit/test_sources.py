@@ -1,4 +1,4 @@
-"""ds4x.sources: mirrors, the cache, and downloads checked by sha256, served from loopback only."""
+"""ds4x.build.sources: mirrors, the cache, and downloads checked by sha256, served from loopback only."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import sources
+from ds4x.build import sources
+from ds4x.build.pins import Artifact
 from ds4x.errors import Ds4xError, InputError
-from ds4x.pins import Artifact
 
 
 def test_mirrors_from_option_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -247,7 +247,7 @@ def test_the_index_comes_from_pip_and_never_from_its_internals(tmp_path: Path, c
     config = tmp_path / "pip.conf"
     config.write_text("[global]\nindex-url = http://127.0.0.1:1/simple\n" if configured else "")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    code = ("import sys; from ds4x import log, sources; log.setup(VERBOSE); print(sources.index_url()); "
+    code = ("import sys; from ds4x import log; from ds4x.build import sources; log.setup(VERBOSE); print(sources.index_url()); "
             "print('pip' in sys.modules)").replace("VERBOSE", "1" if verbose else "0")
     done = subprocess.run([sys.executable, "-c", code], env={**env, "PIP_CONFIG_FILE": str(config), "COLUMNS": "40"},
                           capture_output=True, text=True, check=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from wheel.wheelfile import WheelFile
 
-from ds4x import wheel
+from ds4x.build import wheel
 from ds4x.cli import main
 from ds4x.errors import Ds4xError
 from tests.conftest import UPSTREAM_FILES, cli_args, git

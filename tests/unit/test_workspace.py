@@ -227,7 +227,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 def interrupt_after_one_patch(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """refresh's patch writer, made to write one file and then take a Ctrl-C; the names it got."""
-    from ds4x import workspace
+    from ds4x.build import workspace
 
     written: list[str] = []
     real = workspace._write_patch

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import launch, launch_advice
 from ds4x.checkout import HOME
 from ds4x.cli import main
+from ds4x.deploy import launch, measured_advice
 from tests.serve_script import SPEC, USERS
 from vllm_ds4x.depth.named_policies import named_policies
 from vllm_ds4x.measure import analysis
@@ -33,12 +33,12 @@ def findings(tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, *ext
 
 
 def test_fixed_k_gets_the_committed_figures_and_the_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    runs = launch_advice.committed_ratios("phase 0/2", "fixed 2", HOME.root / launch_advice.RESULTS)
+    runs = measured_advice.committed_ratios("phase 0/2", "fixed 2", HOME.root / measured_advice.RESULTS)
     assert runs, "no committed H200 run holds phase 0/2 and fixed 2"
     [line] = findings(tmp_path, capsys, SPEC)
     assert f"measured {min(r[0] for r in runs):.2f}-{max(r[0] for r in runs):.2f}x fixed 2" in line, line
     assert "committed H200 measurements" in line
-    on_v4 = launch_advice.on_deepseek_v4("phase 0/2", "fixed 2", HOME.root)
+    on_v4 = measured_advice.on_deepseek_v4("phase 0/2", "fixed 2", HOME.root)
     assert on_v4.startswith("; on DeepSeek-V4 + DSpark") and "x reasoning" in on_v4 and on_v4 in line, line
     assert f'add "draft_depth": {json.dumps(ADVISED)}' in line and f"at --max-num-seqs 2 {SHARED}" in line
 
@@ -46,7 +46,7 @@ def test_fixed_k_gets_the_committed_figures_and_the_object(tmp_path: Path, capsy
 def test_a_policy_worse_while_answering_gets_the_answering_figures(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """fixed 0 reasons as phase 0/2 does; it lost while answering, in every committed run at two requests."""
-    runs = launch_advice.committed_ratios("phase 0/2", "fixed 0", HOME.root / launch_advice.RESULTS, "answer")
+    runs = measured_advice.committed_ratios("phase 0/2", "fixed 0", HOME.root / measured_advice.RESULTS, "answer")
     assert runs and min(r[1] for r in runs) > 1.0
     spec = json.dumps({**json.loads(SPEC), "draft_depth": named_policies(2)["fixed 0"].draft_depth})
     [line] = findings(tmp_path, capsys, spec)
@@ -69,7 +69,7 @@ def test_batches_of_two_are_advised_each_request_s_own_depth(tmp_path: Path,
     H200 DeepSeek-V4 runs, and the object with "verify": "request"; fixed 2 has no twin to cite, and
     adaptive's lost in one run (bench/results/h200-dsv4-e2e-draws, before the step-cost cap): neither
     is advised it."""
-    ratios = launch_advice.mixed_ratios("phase 0/2", HOME.root / launch_advice.RESULTS)
+    ratios = measured_advice.mixed_ratios("phase 0/2", HOME.root / measured_advice.RESULTS)
     assert len(ratios) >= 5 and min(ratios) > 1.0  # every committed run: the twin gained on mixed pairs
     spec = {"method": "dspark", "num_speculative_tokens": 2, "draft_depth": PHASE_0_2}
     [line] = findings(tmp_path, capsys, json.dumps(spec))
@@ -78,8 +78,8 @@ def test_batches_of_two_are_advised_each_request_s_own_depth(tmp_path: Path,
                     f"{min(ratios):.2f}-{max(ratios):.2f}x phase 0/2 on such pairs ({len(ratios)} committed H200 "
                     f"DeepSeek-V4 + DSpark runs: bench/results/h200-dsv4-e2e*/e2e-spec.json): add "
                     f'"draft_depth": {json.dumps(ADVISED)}')
-    assert launch_advice.mixed_ratios("fixed 2", HOME.root / launch_advice.RESULTS) == []
-    assert min(launch_advice.mixed_ratios("adaptive", HOME.root / launch_advice.RESULTS)) < 1.0
+    assert measured_advice.mixed_ratios("fixed 2", HOME.root / measured_advice.RESULTS) == []
+    assert min(measured_advice.mixed_ratios("adaptive", HOME.root / measured_advice.RESULTS)) < 1.0
     adaptive = {"method": "dspark", "num_speculative_tokens": 2, "draft_depth": named_policies(2)["adaptive"].draft_depth}
     assert findings(tmp_path, capsys, json.dumps(adaptive)) == []
     readme = " ".join((HOME.root / "README.md").read_text().split())

@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ds4x import inputs, launch, launch_args, launch_write
+from ds4x import inputs
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
+from ds4x.deploy import launch, script_reader, script_writer
+from ds4x.deploy.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanCommand, PlanRequest
 from ds4x.errors import Ds4xError, InputError
-from ds4x.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanCommand, PlanRequest
 from ds4x.scratch import atomic_path
 from vllm_ds4x import bounded, out_paths
 from vllm_ds4x.depth import sim
@@ -299,7 +300,8 @@ def overlap_lines(profile: dict[str, Any], overlap: sim.Overlap, *, gpu_ms: Sequ
 
 def _find_python() -> str:
     """No --python: this one if it has lk_moe, else the lk_moe venv in the ds4x cache, made once."""
-    from ds4x import lkvenv, sources
+    from ds4x.build import sources
+    from ds4x.deploy import lkvenv
 
     if subprocess.run([sys.executable, "-c", "import lk_moe, numpy"], capture_output=True).returncode == 0:
         return sys.executable
@@ -413,11 +415,11 @@ def _check_outputs(command: PlanCommand, outputs: dict[str, Path | None]) -> Non
         raise InputError(why)
 
 
-def write_fixed(command: PlanCommand, script_path: Path, out: Path, script: launch_args.Launch,
+def write_fixed(command: PlanCommand, script_path: Path, out: Path, script: script_reader.Launch,
                 found: launch.Findings, profile: tuple[dict[str, Any], Path] | None) -> int:
     """--write: the script with the check's fixes, written only if it then passes with 0 errors."""
-    text = launch_write.written(script, found.fixes)
-    again = launch.check(launch_args.read(text), command.request, compute, profile, command.cores)
+    text = script_writer.written(script, found.fixes)
+    again = launch.check(script_reader.read(text), command.request, compute, profile, command.cores)
     if again.errors:
         raise Ds4xError(f"--write {out}: not written, {len(again.errors)} error(s) it cannot fix: "
                         f"{again.errors[0]}", "change those settings by hand (or the plan options), then check again")

@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from ds4x import gitops, inputs, proc
+from ds4x import inputs, proc
+from ds4x.build import gitops
+from ds4x.build.pins import Artifact, Target
 from ds4x.digest import BLOCK, sha256_file
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger, progress, step
-from ds4x.pins import Artifact, Target
 from ds4x.scratch import atomic_dir, atomic_write
 
 T = TypeVar("T")

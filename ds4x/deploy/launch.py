@@ -12,12 +12,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ds4x import launch_advice, launch_args
 from ds4x.checkout import HOME
+from ds4x.deploy import measured_advice, script_reader
+from ds4x.deploy.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanRequest
+from ds4x.deploy.script_reader import Launch
 from ds4x.errors import InputError
 from ds4x.inputs import read_text
-from ds4x.launch_args import Launch
-from ds4x.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanRequest
 from vllm_ds4x import bounded
 from vllm_ds4x.depth import policy as draft_depth
 from vllm_ds4x.depth.named_policies import named_policies
@@ -62,7 +62,7 @@ def lines(args: PlanRequest, result: Plan, profile: dict[str, Any] | None) -> tu
                  f"{DEFAULT_POLICY.name}: the best measured while reasoning, within noise answering "
                  f"(docs/measured-on-gpu.md)")
     spec = {"method": "dspark", "num_speculative_tokens": k, "draft_depth": depth}
-    if own := launch_advice.own_depths(None, spec, k, HOME.root, args.max_num_seqs):  # what --check-launch advises
+    if own := measured_advice.own_depths(None, spec, k, HOME.root, args.max_num_seqs):  # what --check-launch advises
         spec["draft_depth"] = own.draft_depth
         depth_why += "; each request of a batch verifies its own depth (docs/mixed-batches.md)"
     env = [
@@ -104,11 +104,11 @@ def script(model: str, env: list[Line], options: list[Line]) -> str:
 
 def read(path: Path) -> Launch:
     """Exported or assigned variables and the `vllm serve` options (an args array
-    or one long command line alike), as launch_args reads them."""
+    or one long command line alike), as script_reader reads them."""
     text = read_text(path, "--check-launch ", 1 << 20)
     try:
-        launch = launch_args.with_vllm_parser(launch_args.read(text))
-    except launch_args.ScriptError as e:
+        launch = script_reader.with_vllm_parser(script_reader.read(text))
+    except script_reader.ScriptError as e:
         raise InputError(f"--check-launch {path}: {e}", "give a shell script with balanced quotes") from None
     if launch.insert_at < 0:
         raise InputError(f"--check-launch {path}: no `vllm serve` command in it",
@@ -122,7 +122,7 @@ class Findings:
 
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    fixes: list[launch_args.Fix] = field(default_factory=list)
+    fixes: list[script_reader.Fix] = field(default_factory=list)
 
 
 def check(launch: Launch, args: PlanRequest, compute: Compute,
@@ -137,19 +137,19 @@ def check(launch: Launch, args: PlanRequest, compute: Compute,
     if threads is None:
         why = "LK_THREADS is not set: lk_moe picks its own; plan --measure says which is fastest"
         warnings.append(why)
-        found.fixes.append(launch_args.Fix("LK_THREADS", "", share, f"{why}; {LK_SHARE:.0%} of {cores} cores until then"))
+        found.fixes.append(script_reader.Fix("LK_THREADS", "", share, f"{why}; {LK_SHARE:.0%} of {cores} cores until then"))
     elif not _whole(threads):
         errors.append(f"LK_THREADS={threads[:40]!r}: not a whole number of threads; give one, e.g. {share}")
-        found.fixes.append(launch_args.Fix("LK_THREADS", "", share, errors[-1]))
+        found.fixes.append(script_reader.Fix("LK_THREADS", "", share, errors[-1]))
     elif not 0 < int(threads) < cores:
         errors.append(f"LK_THREADS={threads} on {cores} cores: all cores (or more) is the 14x cliff; "
                       f"leave some free, e.g. {share} (plan --measure times it)")
-        found.fixes.append(launch_args.Fix("LK_THREADS", "", share, errors[-1]))
+        found.fixes.append(script_reader.Fix("LK_THREADS", "", share, errors[-1]))
     _check_torch_threads(launch, cores, found)
     _check_memory(launch, args, compute, found)
     _check_engine_env(launch, found)
     _check_depth(launch, found, profile)
-    found.errors.extend(launch_args.vllm_config_problems(launch.options))  # vLLM's own classes, where importable
+    found.errors.extend(script_reader.vllm_config_problems(launch.options))  # vLLM's own classes, where importable
     return found
 
 
@@ -162,7 +162,7 @@ def _check_torch_threads(launch: Launch, cores: int, found: Findings) -> None:
     why = (f"OMP_NUM_THREADS={torch_threads} beside LK_THREADS={lk} on {cores} cores: torch's CPU threads in the GPU "
            f"worker share lk_moe's cores (measured on the H200, 16 cores: {OMP_MEASURED}); vLLM sets 1 where it is unset")
     found.warnings.append(why)
-    found.fixes.append(launch_args.Fix("OMP_NUM_THREADS", "", "1", why))
+    found.fixes.append(script_reader.Fix("OMP_NUM_THREADS", "", "1", why))
 
 
 def _whole(text: str) -> bool:
@@ -246,7 +246,7 @@ def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Fi
             errors.append(str(e))
         else:
             return
-    found.fixes.append(launch_args.Fix(mp.LAYERS_ENV, "", ",".join(map(str, result.choice.layers)) or "none",
+    found.fixes.append(script_reader.Fix(mp.LAYERS_ENV, "", ",".join(map(str, result.choice.layers)) or "none",
                                        errors[-1]))
 
 
@@ -285,10 +285,10 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
     except (ValueError, KeyError, TypeError, draft_depth.DraftDepthError) as e:
         errors.append(f"--speculative-config: {str(e)[:400]}")
         return
-    advice = launch_advice.advise(spec, k, profile, max_num_seqs=_max_num_seqs(launch))
+    advice = measured_advice.advise(spec, k, profile, max_num_seqs=_max_num_seqs(launch))
     if advice:
         warnings.append(advice.message)
-        found.fixes.append(launch_args.Fix("--speculative-config", "draft_depth", advice.draft_depth, advice.message))
+        found.fixes.append(script_reader.Fix("--speculative-config", "draft_depth", advice.draft_depth, advice.message))
     _check_graphs(launch, found)
     _check_graph_depths(config, k, spec.get("draft_depth"), found, fixed=bool(advice))
 
@@ -305,15 +305,15 @@ def _max_num_seqs(launch: Launch) -> int | None:
 
 def _check_graphs(launch: Launch, found: Findings) -> None:
     raw = launch.options.get("--compilation-config")
-    if raw is not None and not isinstance(launch_args.json_or_text(raw), dict):
+    if raw is not None and not isinstance(script_reader.json_or_text(raw), dict):
         found.errors.append(f"--compilation-config {raw[:60]!r}: not a JSON object; vLLM refuses it, give e.g. "
                             f"'{{\"cudagraph_mode\": \"FULL_DECODE_ONLY\"}}'")
         return
-    mode = launch_args.json_object(raw).get("cudagraph_mode")
+    mode = script_reader.json_object(raw).get("cudagraph_mode")
     if mode != "FULL_DECODE_ONLY":
         why = "decode steps verify in full graphs only with FULL_DECODE_ONLY"
         found.warnings.append(f"cudagraph_mode {mode or 'unset'}: {why} (--compilation-config)")
-        found.fixes.append(launch_args.Fix("--compilation-config", "cudagraph_mode", "FULL_DECODE_ONLY", why))
+        found.fixes.append(script_reader.Fix("--compilation-config", "cudagraph_mode", "FULL_DECODE_ONLY", why))
 
 
 def _check_graph_depths(config: draft_depth.DraftDepthConfig, k: int, given: Any, found: Findings,
@@ -328,5 +328,5 @@ def _check_graph_depths(config: draft_depth.DraftDepthConfig, k: int, given: Any
     found.warnings.append(f"draft_depth.graph_depths {sorted(config.verify_depths(k))} lacks the depths the policy "
                           f"chooses {sorted(missing)}: those steps verify the next graph depth up; give {depths}")
     if not fixed and isinstance(given, dict):
-        found.fixes.append(launch_args.Fix("--speculative-config", "draft_depth", {**given, "graph_depths": depths},
+        found.fixes.append(script_reader.Fix("--speculative-config", "draft_depth", {**given, "graph_depths": depths},
                                            found.warnings[-1]))

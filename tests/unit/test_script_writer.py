@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import launch_args
 from ds4x.cli import main
-from ds4x.launch_write import MARK
+from ds4x.deploy import script_reader
+from ds4x.deploy.script_writer import MARK
 from tests.serve_script import SPEC, USERS
 from vllm_ds4x.depth.named_policies import named_policies
 
@@ -38,7 +38,7 @@ def test_write_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert main(["plan", "--check-launch", str(out), "--cores", str(CORES)]) == 0
     report = capsys.readouterr().out
     assert "0 error(s), 0 warning(s)" in report, report
-    before, after = launch_args.read(script.read_text()), launch_args.read(out.read_text())
+    before, after = script_reader.read(script.read_text()), script_reader.read(out.read_text())
     changed = {"--speculative-config", "--compilation-config"}
     assert {k: v for k, v in before.options.items() if k not in changed} == \
            {k: v for k, v in after.options.items() if k not in changed}  # port, model, parsers, kwargs kept
@@ -71,7 +71,7 @@ def test_graph_depths_missing_a_chosen_depth_are_advised_and_written(tmp_path: P
     report = capsys.readouterr().out
     assert "warning: draft_depth.graph_depths [2] lacks the depths the policy chooses [0]" in report
     assert "give [0, 2]" in report and "1 change(s)" in report
-    spec = json.loads(launch_args.read(out.read_text()).options["--speculative-config"])
+    spec = json.loads(script_reader.read(out.read_text()).options["--speculative-config"])
     assert spec["draft_depth"] == {**depth, "graph_depths": [0, 2]}  # the user's object, with the graph added
     assert main(["plan", "--check-launch", str(out), "--cores", str(CORES)]) == 0
     assert "0 error(s), 0 warning(s)" in capsys.readouterr().out

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from git import Repo
 
-from ds4x import gitops, overlay, series
+from ds4x.build import gitops, overlay, series
+from ds4x.build.problems import PatchError, PatchProblem
+from ds4x.build.sources import Base
 from ds4x.checkout import Layout as Layout  # re-exported: bench/rebuild.py builds one
 from ds4x.errors import Ds4xError
 from ds4x.log import logger
-from ds4x.problems import PatchError, PatchProblem
 from ds4x.scratch import atomic_dir, scratch_dir
-from ds4x.sources import Base
 
 BASE_REF = "refs/ds4x/base"
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 
-from ds4x import roll, sources, workspace
+from ds4x.build import roll, sources, workspace
+from ds4x.build.pins import Artifact, GitPin, Target
+from ds4x.build.problems import PatchProblem
 from ds4x.checkout import Layout
 from ds4x.errors import Ds4xError
-from ds4x.pins import Artifact, GitPin, Target
-from ds4x.problems import PatchProblem
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,11 +14,11 @@ from pathlib import Path, PurePosixPath
 
 from git import Repo
 
-from ds4x import gitops, overlay, series, workspace
+from ds4x.build import gitops, overlay, series, workspace
+from ds4x.build.sources import Base
 from ds4x.errors import InputError
 from ds4x.inputs import CONTROL, not_utf8
 from ds4x.scratch import scratch_dir
-from ds4x.sources import Base
 
 NUMBERED = "[0-9][0-9][0-9][0-9]-*.patch"  # the files an export --output writes: 0001-subject.patch, ...
 

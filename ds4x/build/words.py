@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ds4x.build.problems import MissingInput, MissingInputs, PatchError, PatchProblem, RollConflict
 from ds4x.errors import Ds4xError
-from ds4x.problems import MissingInput, MissingInputs, PatchError, PatchProblem, RollConflict
 
 if TYPE_CHECKING:
-    from ds4x import newest, roll
+    from ds4x.build import newest, roll
 
 
 def applies(clean: bool) -> str:

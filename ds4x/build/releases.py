@@ -30,11 +30,12 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from ds4x import inputs, sources
+from ds4x import inputs
+from ds4x.build import sources
+from ds4x.build.pins import KernelsRelease, Target
+from ds4x.build.problems import MissingInput, MissingInputs
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger, step
-from ds4x.pins import KernelsRelease, Target
-from ds4x.problems import MissingInput, MissingInputs
 from ds4x.scratch import atomic_write
 
 GITHUB = "https://github.com/"

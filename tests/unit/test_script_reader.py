@@ -1,4 +1,4 @@
-"""launch_args reads a serving script as bash and vLLM's parser would: one script
+"""script_reader reads a serving script as bash and vLLM's parser would: one script
 per argument form, and the kind of script the fork's users post, checked with no
 false warning."""
 
@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from ds4x import launch_args
 from ds4x.cli import main
+from ds4x.deploy import script_reader
 from tests.serve_script import SPEC, USERS
 
 
-def read(text: str) -> launch_args.Launch:
-    return launch_args.read(text)
+def read(text: str) -> script_reader.Launch:
+    return script_reader.read(text)
 
 
 @pytest.mark.parametrize("text", [
@@ -72,7 +72,7 @@ def test_an_unclosed_quote_is_one_clear_error(tmp_path: Path, capsys: pytest.Cap
 def test_the_users_script_has_no_false_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = tmp_path / "serve.sh"
     script.write_text(USERS.format(threads=1, spec=SPEC))
-    launch = launch_args.read(script.read_text())
+    launch = script_reader.read(script.read_text())
     assert launch.env["LK_THREAD_BINDING"] == "CPU_CORE" and launch.env["OMP_NUM_THREADS"] == "12"
     assert launch.options["--default-chat-template-kwargs"] == '{"thinking": true}'
     main(["plan", "--check-launch", str(script)])

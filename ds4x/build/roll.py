@@ -14,12 +14,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ds4x import gitops, pins, series, sources, workspace
+from ds4x.build import gitops, pins, series, sources, workspace
+from ds4x.build.pins import Artifact, GitPin, Target
+from ds4x.build.problems import PatchError, PatchProblem, RollConflict
 from ds4x.checkout import Checkout, Layout
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import logger, step
-from ds4x.pins import Artifact, GitPin, Target
-from ds4x.problems import PatchError, PatchProblem, RollConflict
 from ds4x.scratch import atomic_path
 
 # The pinned base's commit in a conflicted tree: `git am --3way` finds each

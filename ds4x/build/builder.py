@@ -10,15 +10,16 @@ from typing import Any
 
 from packaging.version import Version
 
-from ds4x import gitops, inputs, overlay, proc, releases, series, sources, wheel
+from ds4x import inputs, proc
+from ds4x.build import gitops, overlay, releases, series, sources, wheel
+from ds4x.build.pins import Artifact, KernelsRelease, Target
+from ds4x.build.problems import MissingInput, MissingInputs
+from ds4x.build.sources import Base, Settings
+from ds4x.build.workspace import Layout, patched_tree
 from ds4x.digest import sha256_file
 from ds4x.errors import Ds4xError, InputError
 from ds4x.log import step
-from ds4x.pins import Artifact, KernelsRelease, Target
-from ds4x.problems import MissingInput, MissingInputs
 from ds4x.scratch import scratch_dir
-from ds4x.sources import Base, Settings
-from ds4x.workspace import Layout, patched_tree
 
 DEFAULT_CUDA_ARCHS = "12.0"  # RTX 5090 (sm_120); override with TORCH_CUDA_ARCH_LIST
 

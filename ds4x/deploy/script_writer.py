@@ -9,7 +9,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from ds4x.launch_args import Fix, Launch, json_object
+from ds4x.deploy.script_reader import Fix, Launch, json_object
 
 MARK = "# plan --check-launch --write:"
 
