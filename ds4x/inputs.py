@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import tempfile
 import urllib.parse
 import zipfile
 from pathlib import Path
 
 from ds4x.errors import InputError
+from vllm_ds4x import out_paths
 
 MAX_TEXT_BYTES = 64 * 2**20  # far above any pin file, series or patch; a cap so /dev/zero cannot fill memory
 _SHOWN = 60  # longer values are cut in messages
@@ -134,44 +134,22 @@ def existing_folder(text: str) -> Path:
     return path
 
 
-def _unwritable(path: Path) -> str | None:
-    """Why nothing can be made at `path` (None: it can). The nearest existing
-    folder above it is probed: a folder made and removed, since access() says
-    yes to root on /proc."""
-    folder = path.absolute().parent
-    while not folder.exists():
-        folder = folder.parent
-    if not folder.is_dir():
-        return f"{folder} is a file, not a folder"
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".ds4x-probe-", dir=folder))
-    except OSError as e:
-        return f"{folder} is not writable ({e.strerror})"
-    return None
-
-
 def output_folder(text: str) -> Path:
-    """A folder to write into: an existing one, or one that can be made."""
+    """A folder to write into: an existing one, or one that can be made (out_paths.unfit_folder)."""
     path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise _bad(text, "exists and is not a folder; give a folder")
-    why = _unwritable(path / "x")
+    why = out_paths.unfit_folder(path)
     if why:
-        raise _bad(text, f"{why}; give a folder you can write")
+        raise _bad(text, why)
     return path
 
 
 def output_file(text: str) -> Path:
-    """A file to write: not a folder, in an existing folder that can be
-    written (an existing file is refused later unless --force)."""
+    """A file to write: nothing there yet, or a regular file (refused later unless --force), in an
+    existing folder that a probe's file can be made in (out_paths.unfit_file)."""
     path = Path(text)
-    if path.is_dir():
-        raise _bad(text, "is a folder; give a file name")
-    if not path.absolute().parent.is_dir():
-        raise _bad(text, f"folder {path.parent} does not exist; create it or give another path")
-    why = _unwritable(path)
+    why = out_paths.unfit_file(path)
     if why:
-        raise _bad(text, f"{why}; give another path")
+        raise _bad(text, why)
     return path
 
 

@@ -13,6 +13,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from ds4x.errors import InputError
+from vllm_ds4x import out_paths
+
 
 @contextmanager
 def scratch_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
@@ -36,7 +39,12 @@ def atomic_path(dest: Path) -> Iterator[Path]:
     """Where to write `dest`: renamed onto it when the block ends well, removed
     when it fails. The path has `dest`'s own name (WheelFile reads it), in a
     hidden `.<name>.part-<random>/` folder beside `dest`: the same file system,
-    so the rename is atomic, and a name of its own for each concurrent writer."""
+    so the rename is atomic, and a name of its own for each concurrent writer.
+    Whatever the caller checked, a `dest` that is no regular file (a device, a FIFO,
+    a folder, a link loop) is never replaced: InputError before anything is written."""
+    why = out_paths.not_regular(dest)
+    if why:
+        raise InputError(f"{dest}: {why}")
     with scratch_dir(f".{dest.name}.part-", dest.parent) as folder:
         yield folder / dest.name
         os.replace(folder / dest.name, dest)
