@@ -12,10 +12,12 @@ import pytest
 
 from bench import adaptive_cells
 from bench.adaptive_mixed import priced
+from tests.doc_figures import assert_quotes, numbers, row
 from vllm_ds4x.depth.adaptive import Adaptive
 from vllm_ds4x.depth.phase_tracker import ANSWER
 
 RESULTS = Path(adaptive_cells.__file__).parent / "results"
+DOCS = Path(adaptive_cells.__file__).parents[1] / "docs"
 QWEN = RESULTS / "h200-e2e-mixed-in-batch"
 DSV4 = RESULTS / "h200-dsv4-e2e-mixed-in-batch"
 
@@ -84,19 +86,18 @@ def test_an_unknown_policy_fails_naming_it(capsys: pytest.CaptureFixture[str]) -
     assert "no policy 'greedy'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("run", "name"), [("h200-e2e-mixed-in-batch", "Qwen2-MoE + EAGLE (3 rounds)"),
-                                           ("h200-dsv4-e2e-mixed-in-batch", "DeepSeek-V4 + DSpark (2 rounds)")])
-def test_the_docs_quote_the_replay_of_the_committed_runs(run: str, name: str) -> None:
-    """docs/mixed-batches.md's replay table, as the script prints it (the run's rounds, 8 seeds): per kind
-    of cell adaptive per request's tok/s and its two depths run most, then phase 0/2 per request's tok/s."""
+@pytest.mark.parametrize("run", ["h200-e2e-mixed-in-batch", "h200-dsv4-e2e-mixed-in-batch"])
+def test_the_docs_quote_the_replay_of_the_committed_runs(run: str) -> None:
+    """docs/mixed-batches.md's replay table, the row naming the run, holds the script's figures (the run's
+    rounds, 8 seeds): per kind of cell adaptive per request's tok/s and its two depths run most, then
+    phase 0/2 per request's tok/s."""
     own, phase = (adaptive_cells.lines(RESULTS / run, policy, None, 8)[1:]
                   for policy in ("adaptive per request", "phase 0/2 per request"))
-    cells = []
-    for mine, theirs in zip(own, phase):
-        tok_s, depths = mine.split()[1], mine.split("(")[1].rstrip(")").split(", ")
-        cells.append(f"{tok_s} ({', '.join(depths[:2])}) / {theirs.split()[1]}")
-    row = f"| {name} | " + " | ".join(cells) + " |"
-    assert row in (Path(adaptive_cells.__file__).parents[1] / "docs" / "mixed-batches.md").read_text(), row
+    cells = row(DOCS / "mixed-batches.md", f"`{run}`", column="mixed pair")[1:]
+    assert len(cells) == len(own) == 3
+    for cell, mine, theirs in zip(cells, own, phase):
+        depths = mine.split("(")[1].rstrip(")").split(", ")[:2]
+        assert_quotes(cell, [*numbers(mine.split()[1]), *numbers(" ".join(depths)), *numbers(theirs.split()[1])])
 
 
 def test_a_run_with_mixed_draws_replays_the_mixed_pair_once_a_draw(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from bench import depth_sim as bench_sim
 from ds4x.cli import main
+from tests.doc_figures import assert_quotes, row
 from vllm_ds4x.depth import mixed, sim
 from vllm_ds4x.depth.estimates import between
 from vllm_ds4x.depth.named_policies import any_policy
@@ -247,21 +248,23 @@ def test_bench_depth_sim_mixed_refuses_a_batch_the_profile_cannot_price(requests
 
 
 def test_the_docs_quote_the_model_on_the_committed_profile() -> None:
-    """docs/mixed-batches.md's predicted table is depth_mixed on bench/results/h200-e2e/measure.json."""
-    doc = (Path(mixed.__file__).parents[2] / "docs" / "mixed-batches.md").read_text()
+    """docs/mixed-batches.md's predicted table is depth_mixed on bench/results/h200-e2e/measure.json, with
+    no rest of a step and with 3 ms: each policy's row holds the model's depths, tok/s and gain."""
+    doc = Path(mixed.__file__).parents[2] / "docs" / "mixed-batches.md"
     measured = bench_sim.measured()
     curve, layers = sim.profile_curve(measured)
-    for rest, quoted in ((0.0, "| {name} | {a} {b:.2f} | {c} {d:.2f} | {g:.3f} |"),
-                         (3.0, "go from {b:.2f} to\n{d:.2f} tok/s ({g:.3f}x)")):
+    for rest in (0.0, 3.0):
         results = mixed.compare_policies(sim.policies(K), mixed.mix(2), measured["acceptance"], K,
                                          sim.step_seconds(curve, layers, [rest], 2, K, sim.Overlap()),
                                          mixed.curve_cost(curve, layers, [rest], K))
-        names = ("phase 1/2", "phase 0/2", "adaptive") if rest == 0.0 else ("phase 0/2",)
-        for name in names:
+        fixed = [results[f"fixed {k}"].uniform for k in range(K + 1)]
+        assert_quotes(" ".join(row(doc, "fixed 0 / 1 / 2", f"{rest:g} ms", column="gain")[2:]),
+                      [x for u in fixed for x in (*u.depths, u.tok_s)] + [1.0])
+        for name in ("phase 1/2", "phase 0/2", "adaptive"):
             c = results[name]
-            assert quoted.format(name="adaptive-like" if name == "adaptive" else name,
-                                 a=mixed.depths_text(c.uniform.depths), b=c.uniform.tok_s,
-                                 c=mixed.depths_text(c.per_request.depths), d=c.per_request.tok_s, g=c.gain) in doc
+            quoted = row(doc, "adaptive-like" if name == "adaptive" else name, f"{rest:g} ms", column="gain")[2:]
+            assert_quotes(" ".join(quoted), [*c.uniform.depths, c.uniform.tok_s, *c.per_request.depths,
+                                             c.per_request.tok_s, c.gain])
 
 
 # bench/results/h200-dsv4-e2e-priors-x2: the mixed cells' uniform steps by depth, the

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.doc_figures import assert_quotes, tables
+
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "cpu-scheduler-overhead"
 COLUMNS = ("ds4x off, again", "fixed + phase tracking", "phase 2/2", "adaptive (min_depth 2)")
 TARGETS = {"phase 2/2": 3.0, "adaptive (min_depth 2)": 5.0}
@@ -27,20 +29,14 @@ def printed(run: Path) -> tuple[float, dict[str, float]]:
     return float(base[1]), ratios
 
 
-def table() -> dict[int, list[str]]:
-    """The README's rows by run number: its cells after the run number."""
-    rows = re.findall(r"^\| (\d+) \| (.+) \|$", (RESULTS / "README.md").read_text(), re.M)
-    return {int(run): [cell.strip() for cell in cells.split("|")] for run, cells in rows}
-
-
 def test_every_run_is_in_the_table_as_printed() -> None:
+    """The README's table has one row per run, and each row's figures are the run's, within rounding."""
     runs = sorted(RESULTS.glob("run-*.txt"), key=lambda p: int(p.stem.split("-")[1]))
-    rows = table()
-    assert len(runs) == 15 and sorted(rows) == list(range(1, 16))
+    rows = [r for t in tables(RESULTS / "README.md") if t[0][0] == "run" for r in t[1:]]
+    assert len(runs) == 15 and [r[0] for r in rows] == [str(n) for n in range(1, 16)]
     for run in runs:
         base, ratios = printed(run)
-        row = rows[int(run.stem.split("-")[1])]
-        assert row == [f"{base:.2f} ms", *(f"{ratios[name]:+.1f}%" for name in COLUMNS)], run.name
+        assert_quotes(" ".join(rows[int(run.stem.split("-")[1]) - 1][1:]), [base, *(ratios[name] for name in COLUMNS)])
 
 
 @pytest.mark.parametrize("triple", [(1, 2, 3), (4, 5, 6), (7, 8, 9), (13, 14, 15)])
