@@ -1,0 +1,69 @@
+"""lk_moe's pool settings (vllm_ds4x.moe.pool) and the routing with locality the pool is measured on
+(engine.locality): what the engine hook and bench.pool_decode read, checked without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.locality import Router, measured
+from vllm_ds4x.moe.placement import PlacementError
+from vllm_ds4x.moe.pool import SLOTS_ENV, WINDOW_ENV, PoolSettings, check_layer, pool_bytes, pool_settings
+
+EXPERT_BYTES = 13_369_344  # one DeepSeek-V4-Flash MXFP4 expert: 3 x 4096 x 2048 / 2 codes + 1/32 scales
+
+
+def test_unset_means_no_pool_with_lk_moes_defaults() -> None:
+    settings = pool_settings({})
+    assert settings == PoolSettings() and not settings.on and (settings.window, settings.inflight) == (32, 16)
+
+
+def test_the_documented_names_are_read() -> None:
+    env = {SLOTS_ENV: "12", WINDOW_ENV: "8", "LK_POOL_INFLIGHT": "4", "LK_POOL_LOG": "100", "LK_ROUTE_PROBE": "1"}
+    assert pool_settings(env) == PoolSettings(slots=12, window=8, inflight=4, log_every=100, route_probe=True)
+
+
+@pytest.mark.parametrize(("env", "named"), [
+    ({SLOTS_ENV: "twelve"}, SLOTS_ENV), ({SLOTS_ENV: "-1"}, SLOTS_ENV), ({SLOTS_ENV: "5000"}, SLOTS_ENV),
+    ({WINDOW_ENV: "4"}, WINDOW_ENV), ({"LK_POOL_INFLIGHT": "0"}, "LK_POOL_INFLIGHT"),
+    ({"LK_ROUTE_PROBE": "maybe"}, "LK_ROUTE_PROBE"),
+])
+def test_a_bad_value_is_one_error_naming_it(env: dict[str, str], named: str) -> None:
+    with pytest.raises(PlacementError, match=named):
+        pool_settings(env)
+
+
+def test_a_pool_holds_one_tokens_experts_to_all_of_them() -> None:
+    check_layer(PoolSettings(slots=6), experts=256, top_k=6)
+    check_layer(PoolSettings(slots=0), experts=256, top_k=6)
+    for slots in (5, 257):
+        with pytest.raises(PlacementError, match=f"{SLOTS_ENV}={slots}: a layer with 256 experts, top-6"):
+            check_layer(PoolSettings(slots=slots), experts=256, top_k=6)
+
+
+def test_the_pools_vram_is_slots_times_layers_times_an_expert() -> None:
+    # bench/results/h100-pool-decode: 12 slots on one layer, lk_moe reported 153 MiB (slots 153.0 MiB)
+    assert pool_bytes(PoolSettings(slots=12), 1, EXPERT_BYTES) / 2**20 == pytest.approx(153.0)
+    assert pool_bytes(PoolSettings(slots=12), 41, EXPERT_BYTES) == 41 * 12 * EXPERT_BYTES
+
+
+def test_the_router_repeats_the_previous_tokens_experts_as_asked() -> None:
+    for reuse in (0.0, 0.38, 0.6):
+        router = Router(256, 6, reuse=reuse, seed=1)
+        steps = [router.step(1) for _ in range(2000)]
+        assert all(len(set(ids[0].tolist())) == 6 for ids in steps)  # top-k distinct
+        assert measured(steps)["reuse"] == pytest.approx(reuse + (1 - reuse) * 6 / 256, abs=0.03)
+
+
+def test_skew_concentrates_and_distinct_experts_are_counted_by_rows() -> None:
+    flat, skewed = (measured([Router(256, 6, skew=s, seed=2).step(3) for _ in range(300)]) for s in (0.0, 1.0))
+    assert skewed["distinct_3"] < flat["distinct_3"] <= 18
+    masked = Router(256, 6, seed=3).step(3)
+    masked[2] = -1
+    assert measured([masked])["distinct_2"] <= 12  # a masked row routes to no expert
+
+
+def test_a_router_out_of_range_is_refused() -> None:
+    with pytest.raises(ValueError, match="top_k 7"):
+        Router(6, 7)
+    with pytest.raises(ValueError, match="reuse 1.5"):
+        Router(256, 6, reuse=1.5)
