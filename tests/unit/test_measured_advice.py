@@ -1,6 +1,8 @@
 """--check-launch's draft-depth advice: a script that verifies K drafts while
-reasoning gets one finding with the committed H200 figures (or a measure
-profile's) and the draft_depth object to add; the advised policy gets none."""
+reasoning gets one finding with the figures of the reviewed table's runs
+(bench/results/advice.toml; or a measure profile's) and the draft_depth object to add;
+the advised policy gets none. The figures are read from the table itself here; that
+each matches its run's data is tests/unit/test_advice_table.py's."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from ds4x.checkout import HOME
 from ds4x.cli import main
 from ds4x.deploy import launch, measured_advice
 from tests.serve_script import SPEC, USERS
@@ -23,6 +24,17 @@ PROFILE = {"draft_depth": {"policy": "adaptive", "step_cost": [1.0, 2.2, 2.98]},
 PHASE_0_2 = named_policies(2)["phase 0/2"].draft_depth or {}
 ADVISED = {**PHASE_0_2, "verify": "request"}  # the user's script runs two requests (--max-num-seqs 2)
 SHARED = "a reasoning and an answering request share steps"
+ROWS = measured_advice.load()
+
+
+def counted(use: measured_advice.Use, policy: str, against: str) -> list[measured_advice.Row]:
+    return measured_advice.counted(ROWS, use, policy, against, 2)
+
+
+def span(rows: list[measured_advice.Row], phase: str, requests: int) -> str:
+    """'1.05-1.20x': the table's figures as the advice prints them."""
+    figures = [r.figures[phase][requests] for r in rows]
+    return f"{min(figures):.2f}-{max(figures):.2f}x"
 
 
 def findings(tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, *extra: str, seqs: int = 2) -> list[str]:
@@ -32,27 +44,29 @@ def findings(tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str, *ext
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning: ") and "draft" in line]
 
 
-def test_fixed_k_gets_the_committed_figures_and_the_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    runs = measured_advice.committed_ratios("phase 0/2", "fixed 2", HOME.root / measured_advice.RESULTS)
-    assert runs, "no committed H200 run holds phase 0/2 and fixed 2"
+def test_fixed_k_gets_the_tables_figures_and_the_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = counted("policy", "phase 0/2", "fixed 2")
+    assert len(runs) == 4, "the table counts four stand-in runs of phase 0/2 against fixed 2"
     [line] = findings(tmp_path, capsys, SPEC)
-    assert f"measured {min(r[0] for r in runs):.2f}-{max(r[0] for r in runs):.2f}x fixed 2" in line, line
-    assert "committed H200 measurements" in line
-    on_v4 = measured_advice.on_deepseek_v4("phase 0/2", "fixed 2", HOME.root)
-    assert on_v4.startswith("; on DeepSeek-V4 + DSpark") and "x reasoning" in on_v4 and on_v4 in line, line
+    assert f"measured {span(runs, 'reasoning', 1)} fixed 2 there at one request, {span(runs, 'reasoning', 2)} at two" \
+        in line, line
+    assert f"({len(runs)} committed run(s) on {runs[0].device}: {', '.join(r.run for r in runs)} in " \
+           f"{measured_advice.TABLE}" in line, line
+    [v4] = counted("deepseek-v4", "phase 0/2", "fixed 2")
+    assert (f"; on {v4.device}: {v4.figures['reasoning'][1]:.2f}x reasoning, {v4.figures['answer'][1]:.2f}x answer "
+            f"at one request ({v4.run})") in line, line
     assert f'add "draft_depth": {json.dumps(ADVISED)}' in line and f"at --max-num-seqs 2 {SHARED}" in line
 
 
 def test_a_policy_worse_while_answering_gets_the_answering_figures(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """fixed 0 reasons as phase 0/2 does; it lost while answering, in every committed run at two requests."""
-    runs = measured_advice.committed_ratios("phase 0/2", "fixed 0", HOME.root / measured_advice.RESULTS, "answer")
-    assert runs and min(r[1] for r in runs) > 1.0
+    """fixed 0 reasons as phase 0/2 does; it lost while answering, in every counted run at two requests."""
+    runs = counted("policy", "phase 0/2", "fixed 0")
+    assert runs and min(r.figures["answer"][2] for r in runs) > 1.0
     spec = json.dumps({**json.loads(SPEC), "draft_depth": named_policies(2)["fixed 0"].draft_depth})
     [line] = findings(tmp_path, capsys, spec)
-    figures = [f"{min(r[i] for r in runs):.2f}-{max(r[i] for r in runs):.2f}x" for i in (0, 1)]
-    assert (f"fixed 0 verifies fewer drafts while answering: phase 0/2 measured {figures[0]} fixed 0 there at one "
-            f"request, {figures[1]} at two") in line, line
+    assert (f"fixed 0 verifies fewer drafts while answering: phase 0/2 measured {span(runs, 'answer', 1)} fixed 0 "
+            f"there at one request, {span(runs, 'answer', 2)} at two") in line, line
     assert "while reasoning" not in line and json.dumps(ADVISED) in line
 
 
@@ -65,23 +79,33 @@ def test_the_advised_policy_gets_no_finding(tmp_path: Path, capsys: pytest.Captu
 
 def test_batches_of_two_are_advised_each_request_s_own_depth(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """phase 0/2 under "batch" at --max-num-seqs 2: its per-request twin's mixed pairs in the committed
-    H200 DeepSeek-V4 runs, and the object with "verify": "request"; fixed 2 has no twin to cite, and
-    adaptive's lost in one run (bench/results/h200-dsv4-e2e-draws, before the step-cost cap): neither
-    is advised it."""
-    ratios = measured_advice.mixed_ratios("phase 0/2", HOME.root / measured_advice.RESULTS)
-    assert len(ratios) >= 5 and min(ratios) > 1.0  # every committed run: the twin gained on mixed pairs
+    """phase 0/2 under "batch" at --max-num-seqs 2: its per-request twin's mixed pairs in the table's
+    counted runs, and the object with "verify": "request"; fixed 2 has no twin to cite."""
+    runs = counted("verify", "phase 0/2 per request", "phase 0/2")
+    assert len(runs) >= 5 and min(r.figures["mixed"][2] for r in runs) > 1.0  # the twin gained in every counted run
     spec = {"method": "dspark", "num_speculative_tokens": 2, "draft_depth": PHASE_0_2}
     [line] = findings(tmp_path, capsys, json.dumps(spec))
     assert line == (f"warning: at --max-num-seqs 2 {SHARED}, which verify the answer's depth for both; with "
                     f'"verify": "request" each verifies its own (lossless): phase 0/2 per request measured '
-                    f"{min(ratios):.2f}-{max(ratios):.2f}x phase 0/2 on such pairs ({len(ratios)} committed H200 "
-                    f"DeepSeek-V4 + DSpark runs: bench/results/h200-dsv4-e2e*/e2e-spec.json): add "
+                    f"{span(runs, 'mixed', 2)} phase 0/2 on such pairs ({len(runs)} committed run(s) on "
+                    f"{runs[0].device}: {', '.join(r.run for r in runs)} in bench/results/advice.toml): add "
                     f'"draft_depth": {json.dumps(ADVISED)}')
-    assert measured_advice.mixed_ratios("fixed 2", HOME.root / measured_advice.RESULTS) == []
-    assert min(measured_advice.mixed_ratios("adaptive", HOME.root / measured_advice.RESULTS)) < 1.0
-    adaptive = {"method": "dspark", "num_speculative_tokens": 2, "draft_depth": named_policies(2)["adaptive"].draft_depth}
-    assert findings(tmp_path, capsys, json.dumps(adaptive)) == []
+    assert counted("verify", "fixed 2 per request", "fixed 2") == []
+
+
+def test_adaptive_is_advised_its_twin_once_the_run_before_the_cap_is_superseded(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """adaptive per request lost on mixed pairs in one run (h200-dsv4-e2e-draws, 0.95x), before the step-cost
+    cap: the table marks that row superseded, so the counted runs, all gains, advise adaptive its twin."""
+    [before_cap] = [r for r in ROWS if r.use == "verify" and r.against == "adaptive" and r.superseded_by]
+    assert before_cap.run == "h200-dsv4-e2e-draws" and before_cap.figures["mixed"][2] < 1.0
+    runs = counted("verify", "adaptive per request", "adaptive")
+    assert before_cap not in runs and runs and min(r.figures["mixed"][2] for r in runs) > 1.0
+    adaptive = named_policies(2)["adaptive"].draft_depth or {}
+    [line] = findings(tmp_path, capsys, json.dumps({"method": "dspark", "num_speculative_tokens": 2,
+                                                    "draft_depth": adaptive}))
+    assert f"adaptive per request measured {span(runs, 'mixed', 2)} adaptive on such pairs ({len(runs)} " in line
+    assert before_cap.run not in line and json.dumps({**adaptive, "verify": "request"}) in line
 
 
 def test_drafts_not_greedy_are_advised_adaptive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
