@@ -10,6 +10,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from ds4x.checkout import HOME
@@ -19,9 +20,11 @@ from ds4x.deploy.script_reader import Launch
 from ds4x.errors import InputError
 from ds4x.inputs import read_text
 from vllm_ds4x import bounded
+from vllm_ds4x.depth import composition
+from vllm_ds4x.depth import config as depth_config
 from vllm_ds4x.depth import policy as draft_depth
 from vllm_ds4x.depth.named_policies import named_policies
-from vllm_ds4x.moe import overlap_plan
+from vllm_ds4x.moe import engine_inputs, overlap_plan
 from vllm_ds4x.moe import placement as mp
 
 Compute = Callable[[PlanRequest], Plan]
@@ -132,6 +135,7 @@ def check(launch: Launch, args: PlanRequest, compute: Compute,
     measurements (`profile`: plan --measure's, and its file)."""
     found = Findings()
     errors, warnings = found.errors, found.warnings
+    errors.extend(launch.problems)  # where bash would read the script otherwise than this check
     cores = cores or os.cpu_count() or 1
     threads, share = launch.env.get("LK_THREADS"), str(max(1, int(cores * LK_SHARE)))
     if threads is None:
@@ -146,8 +150,8 @@ def check(launch: Launch, args: PlanRequest, compute: Compute,
                       f"leave some free, e.g. {share} (plan --measure times it)")
         found.fixes.append(script_reader.Fix("LK_THREADS", "", share, errors[-1]))
     _check_torch_threads(launch, cores, found)
-    _check_memory(launch, args, compute, found)
-    _check_engine_env(launch, found)
+    shape = _check_memory(launch, args, compute, found)
+    _check_engine_env(launch, found, shape)
     _check_depth(launch, found, profile)
     found.errors.extend(script_reader.vllm_config_problems(launch.options))  # vLLM's own classes, where importable
     return found
@@ -165,13 +169,16 @@ def _check_torch_threads(launch: Launch, cores: int, found: Findings) -> None:
     found.fixes.append(script_reader.Fix("OMP_NUM_THREADS", "", "1", why))
 
 
-def _whole(text: str) -> bool:
-    """Written as a whole number of ASCII digits ('\u00b2' passes isdigit() and fails int())."""
+def _whole_or_none(text: str) -> int | None:
+    """A whole number of ASCII digits ('\u00b2' passes isdigit() and fails int()); None where it is not one."""
     try:
-        bounded.whole(text, 0, 2**31)
+        return bounded.whole(text, 0, 2**31)
     except bounded.BoundError:
-        return False
-    return True
+        return None
+
+
+def _whole(text: str) -> bool:
+    return _whole_or_none(text) is not None
 
 
 def _utilization(text: str) -> float:
@@ -210,8 +217,9 @@ _SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
 """the script's memory settings the plan is recomputed at: option -> (PlanRequest field, parse)"""
 
 
-def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Findings) -> None:
-    """The plan at the script's own memory settings, and its resident layers against it."""
+def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Findings) -> mp.ModelShape | None:
+    """The plan at the script's own memory settings, and its resident layers against it; the model's
+    shape (None where the settings are refused)."""
     errors = found.errors
     changes: dict[str, object] = {}
     for option, (name, parse) in _SETTINGS.items():
@@ -220,20 +228,20 @@ def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Fi
                 changes[name] = parse(launch.options[option])
             except bounded.BoundError as e:
                 errors.append(f"{option} {e}")
-                return
+                return None
     args = replace(args, **changes)  # type: ignore[arg-type]  # each field's own type, by the table above
     result = compute(args)
     budget = result.budget
     if budget.for_resident_layers < 0:
         errors.append(f"at --max-model-len {args.max_model_len}, --gpu-memory-utilization {args.gpu_memory_utilization}"
                       f" the model does not fit ({-budget.for_resident_layers / 2**30:.2f} GiB short on --gpu-mem)")
-        return
+        return result.shape
     value = launch.env.get(mp.LAYERS_ENV)
     try:
         selection = mp.parse_layers(value)
     except mp.PlacementError as e:
         errors.append(str(e))
-        return
+        return result.shape
     fit, moe_layers = len(result.choice.layers), len(result.shape.moe_layers)
     asked = moe_layers if selection.mode == "all" else len(selection.layers)
     if selection.mode != "auto" and asked > fit:
@@ -245,9 +253,10 @@ def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Fi
         except mp.PlacementError as e:
             errors.append(str(e))
         else:
-            return
+            return result.shape
     found.fixes.append(script_reader.Fix(mp.LAYERS_ENV, "", ",".join(map(str, result.choice.layers)) or "none",
                                        errors[-1]))
+    return result.shape
 
 
 _ENGINE_ENV: dict[str, Callable[[str], object]] = {
@@ -260,14 +269,35 @@ _ENGINE_ENV: dict[str, Callable[[str], object]] = {
 """the script's variables the fork parses at start-up, each with the fork's own parser"""
 
 
-def _check_engine_env(launch: Launch, found: Findings) -> None:
-    """Each variable of _ENGINE_ENV the script sets, as the fork parses it at start-up."""
+def _check_engine_env(launch: Launch, found: Findings, shape: mp.ModelShape | None) -> None:
+    """Each variable of _ENGINE_ENV the script sets, as the fork parses it at start-up; then what the
+    engine refuses at start-up of their values together with the options: a GPU-prefill minimum above
+    --max-num-batched-tokens, a routing-statistics file it cannot read or whose counts it refuses."""
     for name, parse in _ENGINE_ENV.items():
         if name in launch.env:
             try:
                 parse(launch.env[name])
             except ValueError as e:  # PlacementError, OverlapError
                 found.errors.append(str(e))
+    try:
+        if mp.PREFILL_MIN_ENV in launch.env and "--max-num-batched-tokens" in launch.options:
+            most = _whole_or_none(launch.options["--max-num-batched-tokens"])  # "8k" and the like: vLLM's to read
+            if most is not None:
+                mp.check_prefill_min_batch(
+                    mp.parse_positive_int(launch.env[mp.PREFILL_MIN_ENV], mp.PREFILL_MIN_ENV, 0), most)
+    except mp.PlacementError as e:  # a value parse_positive_int refuses is reported above already
+        if str(e) not in found.errors:
+            found.errors.append(str(e))
+    path = launch.env.get(mp.ROUTING_ENV)
+    if path and shape is not None:
+        if "$" in path:
+            found.errors.append(f"{mp.ROUTING_ENV}={path[:60]!r}: an expansion this check does not follow; write "
+                                f"the file's path into the script")
+            return
+        try:  # opened and checked by the engine's own reader
+            engine_inputs.routing_stats(shape, path)
+        except mp.PlacementError as e:
+            found.errors.append(f"{e}; the engine refuses it at start-up")
 
 
 def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any], Path] | None) -> None:
@@ -279,9 +309,13 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
     try:
         spec = bounded.loads(raw)
         k = spec["num_speculative_tokens"]
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"num_speculative_tokens={k!r}: expected a whole number >= 1, e.g. 2")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= depth_config.MAX_K:  # before any table of k
+            raise ValueError(f"num_speculative_tokens={str(k)[:40]!r}: expected a whole number in "
+                             f"1..{depth_config.MAX_K}, e.g. 2")
         config = draft_depth.parse_draft_depth(spec.get("draft_depth"), k)
+        composition.refuse_with_adaptive_verification(SimpleNamespace(
+            draft_depth=spec.get("draft_depth"),
+            enable_adaptive_verification=_engine_bool(spec.get("enable_adaptive_verification", False))))
     except (ValueError, KeyError, TypeError, draft_depth.DraftDepthError) as e:
         errors.append(f"--speculative-config: {str(e)[:400]}")
         return
@@ -291,6 +325,11 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
         found.fixes.append(script_reader.Fix("--speculative-config", "draft_depth", advice.draft_depth, advice.message))
     _check_graphs(launch, found)
     _check_graph_depths(config, k, spec.get("draft_depth"), found, fixed=bool(advice))
+
+
+def _engine_bool(value: object) -> bool:
+    """A JSON value as vLLM's pydantic reads a bool field (lax: "true", "on", 1 are true)."""
+    return value is True or value == 1 or (isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "t", "y"))
 
 
 def _max_num_seqs(launch: Launch) -> int | None:

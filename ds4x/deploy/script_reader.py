@@ -70,10 +70,18 @@ class Launch:
     command_line: int = 0  # start of the `vllm serve` command's first line
     argv: list[str] = field(default_factory=list)  # after `vllm serve`, as bash passes them
     text: str = ""
+    problems: list[str] = field(default_factory=list)
+    """where bash reads the script otherwise than this reader could (CR LF, a backslash
+    before spaces at a line's end, an expansion it does not follow): --check-launch errors"""
 
 
-def words(text: str) -> list[Word]:
-    """Bash's words and operators (newline is `;`), comments and line continuations dropped."""
+_SPACED_CONTINUATION = re.compile(r"\\[ \t]+(?=\r?\n)")
+"""a backslash with spaces after it at a line's end: bash escapes the space and ends the command"""
+
+
+def words(text: str, spaced: list[int] | None = None) -> list[Word]:
+    """Bash's words and operators (newline is `;`), comments and line continuations dropped;
+    `spaced` gets the offset of every backslash that spaces follow at a line's end."""
     out: list[Word] = []
     i, n = 0, len(text)
     while i < n:
@@ -87,12 +95,12 @@ def words(text: str) -> list[Word]:
             out.append(Word(";" if c == "\n" else c, i, i + 1, operator=True))
             i += 1
         else:
-            out.append(_word(text, i))
+            out.append(_word(text, i, spaced))
             i = out[-1].end
     return out
 
 
-def _word(text: str, i: int) -> Word:
+def _word(text: str, i: int, spaced: list[int] | None = None) -> Word:
     """The word starting at i: quotes and escapes as bash reads them."""
     start, parts, n = i, [], len(text)
     while i < n and text[i] not in " \t\r\n" + _OPERATORS:
@@ -109,6 +117,8 @@ def _word(text: str, i: int) -> Word:
             if text.startswith("\\\n", i):
                 i += 2
                 continue
+            if spaced is not None and _SPACED_CONTINUATION.match(text, i):
+                spaced.append(i)
             parts.append(text[i + 1:i + 2])
             i += 2
         else:
@@ -150,27 +160,55 @@ def commands(all_words: list[Word]) -> list[list[Word]]:
     return [c for c in out if c]
 
 
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+_ARRAY = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
+_DECLARE = ("declare", "typeset")
+_EXPANSION = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?\}|([A-Za-z_][A-Za-z0-9_]*))|\$[^@*]")
+"""$NAME, ${NAME}, ${NAME[@]}; or a `$` this reader does not follow ($(...), $1, ${NAME:-x}, ...)"""
+_PASSED_ON = ('"$@"', '"$*"', "$@", "$*")  # the script's own arguments, passed through: not this script's settings
+
+
 def read(text: str) -> Launch:
-    """The script's env and `vllm serve` options; raises ScriptError."""
+    """The script's env and `vllm serve` options; raises ScriptError. What bash would read
+    otherwise (CR LF, a backslash before spaces at a line's end, an expansion not followed)
+    goes to `problems`."""
     launch = Launch(text=text)
+    if "\r\n" in text:
+        launch.problems.append(f"line {_line_of(text, text.index(chr(13) + chr(10)))}: CR LF line endings (Windows): "
+                               f"bash reads each CR as part of the line's last word; save the script with LF "
+                               f"endings (e.g. dos2unix)")
+    spaced: list[int] = []
     arrays: dict[str, list[Word]] = {}
-    for command in commands(words(text)):
+    for command in commands(words(text, spaced)):
         line = text.rfind("\n", 0, command[0].start) + 1
-        if command[0].text == "export":
-            _assignments(launch, command[1:], line)
+        if command[0].text == "export" or _declares_export(command):
+            _assignments(launch, [w for w in command[1:] if not w.text.startswith(("-", "+"))], line)
             continue
         head = 0
         while head < len(command) and _ASSIGN.match(command[head].text):
             head += 1
-        if head == 1 and command[0].text.endswith("=") and len(command) > 1:
-            arrays[command[0].text[:-1]] = [w for w in command[1:] if not w.operator]  # NAME=( ... )
+        array = _ARRAY.fullmatch(command[0].text)
+        if array and len(command) > 1 and head <= 1:  # NAME=( ... ) or NAME+=( ... )
+            given = _spliced(launch, [w for w in command[1:] if not w.operator], arrays)
+            arrays[array[1]] = (arrays.get(array[1], []) if array[2] else []) + given
             continue
         _assignments(launch, command[:head], line)
         rest = [w for w in command[head:] if w.text != "exec"]
         if len(rest) >= 2 and rest[0].text.rsplit("/", 1)[-1] == "vllm" and rest[1].text == "serve":
             launch.command_line = line
-            _serve(launch, _spliced(rest[2:], arrays), rest[1].end, line)
+            _serve(launch, _spliced(launch, rest[2:], arrays), rest[1].end, line)
+    launch.problems += [f"line {_line_of(text, at)}: a backslash with spaces after it ends the line: bash escapes "
+                        f"the space and ends the command there, so the next line runs as a command of its own; "
+                        f"remove the spaces after the backslash" for at in spaced]
     return launch
+
+
+def _declares_export(command: list[Word]) -> bool:
+    """`declare -x NAME=...` (or -rx, typeset -x): an export."""
+    return command[0].text in _DECLARE and any(w.text.startswith("-") and "x" in w.text for w in command[1:])
 
 
 def _assignments(launch: Launch, assigns: list[Word], line: int) -> None:
@@ -182,12 +220,29 @@ def _assignments(launch: Launch, assigns: list[Word], line: int) -> None:
             launch.env_slots[name] = Slot(w.start, w.end, f"{name}=", line)
 
 
-def _spliced(args: list[Word], arrays: dict[str, list[Word]]) -> list[Word]:
-    """`"${NAME[@]}"` replaced by the array's words."""
+def _spliced(launch: Launch, args: list[Word], arrays: dict[str, list[Word]]) -> list[Word]:
+    """`"${NAME[@]}"` replaced by the array's words, `$NAME` by a variable the script set;
+    any other expansion (an array never built here, `$(...)`, `${NAME:-x}`) is a problem:
+    the check says plainly that it did not follow it."""
     out: list[Word] = []
     for w in args:
-        match = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\[@\]\}", w.text)
-        out += arrays.get(match.group(1), []) if match else [w]
+        found = list(_EXPANSION.finditer(w.text))
+        if not found or w.text in _PASSED_ON:
+            out.append(w)
+            continue
+        whole = found[0] if len(found) == 1 and found[0].span() == (0, len(w.text)) else None
+        name, index = (whole[1] or whole[3], whole[2]) if whole else (None, None)
+        if name and index and name in arrays:
+            out += arrays[name]
+        elif name and not index and name in arrays:
+            out += arrays[name][:1]  # $NAME of an array: its first word, as bash reads it
+        elif name and not index and name in launch.env and not _EXPANSION.search(launch.env[name]):
+            out.append(Word(launch.env[name], w.start, w.end))
+        else:
+            launch.problems.append(f"`vllm serve` argument {w.text[:60]!r}: an expansion this check does not "
+                                   f"follow (only arrays NAME=(...)/NAME+=(...) and variables set in the script); "
+                                   f"write the values into the script, or check the command it runs")
+            out.append(w)
     return out
 
 
@@ -220,12 +275,29 @@ def _serve(launch: Launch, args: list[Word], serve_end: int, line: int) -> None:
         if slot:
             launch.option_slots[(option, key)] = slot
         if key:
-            dotted.setdefault(option, {})[key] = json_or_text(value)
+            _nest(dotted.setdefault(option, {}), key.split("."), json_or_text(value))
         else:
             launch.options[option] = value
         i += 1
-    for option, keys in dotted.items():
-        launch.options[option] = json.dumps({**json_object(launch.options.get(option)), **keys})
+    for option, keys in dotted.items():  # vLLM passes the dotted keys last, as one object: it replaces the option's
+        launch.options[option] = json.dumps(keys)
+
+
+def _nest(into: dict[str, Any], keys: list[str], value: Any) -> None:
+    """`--opt.a.b.c value` as vLLM's parser nests it: {"a": {"b": {"c": value}}}, merged into what the
+    earlier dotted keys of the option made (objects merged key by key, lists joined, the rest replaced)."""
+    for key in keys[:-1]:
+        if not isinstance(into.get(key), dict):
+            into[key] = {}
+        into = into[key]
+    last = keys[-1]
+    if isinstance(value, dict) and isinstance(into.get(last), dict):
+        for k, v in value.items():
+            _nest(into[last], [k], v)
+    elif isinstance(value, list) and isinstance(into.get(last), list):
+        into[last] = into[last] + value
+    else:
+        into[last] = value
 
 
 def json_or_text(value: str) -> Any:

@@ -3,16 +3,21 @@ message naming the input, no traceback, nothing written or replaced."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from ds4x.cli import main
+from ds4x.deploy import script_reader
 from ds4x.deploy.plan import EXAMPLE
 from ds4x.errors import InputError
 from ds4x.scratch import atomic_write
 from tests.unit.test_input_checks import refused
+from tests.unit.test_launch import hand_written, run_script
 from vllm_ds4x import out_paths
 from vllm_ds4x.measure import cli as measure_cli
 
@@ -89,3 +94,88 @@ def test_a_dist_or_output_folder_that_is_a_fifo(capsys: pytest.CaptureFixture[st
     assert f"--output: '{tmp_path / 'loop-a'}': a symbolic link that loops" in refused(
         capsys, "export", "-t", "vllm", "--output", str(tmp_path / "loop-a"))
     assert listing(tmp_path) == before
+
+
+# ---- --check-launch reads a script as bash would, or says what it could not read
+
+
+def check_launch(capsys: pytest.CaptureFixture[str], script: Path) -> tuple[int, list[str]]:
+    """The check's exit code and its error lines (16 cores: LK_THREADS=12 is no error)."""
+    code = main(["plan", "--check-launch", str(script), "--cores", "16"])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err, captured.err
+    said: list[str] = []
+    for line in captured.out.splitlines():  # a finding may wrap: its lines after the first are indented
+        if line.startswith(("error: ", "warning: ")) or not line.startswith("  ") or not said:
+            said.append(line)
+        else:
+            said[-1] += " " + line.strip()
+    return code, [line for line in said if line.startswith("error: ")]
+
+
+def test_the_base_script_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert check_launch(capsys, hand_written(tmp_path, 12)) == (0, [])
+
+
+ROUTING = "@routing-file@"  # replaced by a file in tmp_path
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda text: text.replace("\n", "\r\n"), "line 1: CR LF line endings (Windows)"),
+    (lambda text: text.replace("--max-num-seqs 2 \\\n", "--max-num-seqs 2 \\  \n"),
+     "line 5: a backslash with spaces after it ends the line"),
+    (lambda text: text.replace("export LK_THREADS=12", "declare -x LK_THREADS=16"), "LK_THREADS=16 on 16 cores: all cores"),
+    (lambda text: text.replace("vllm serve", "args=(--port 8000)\nargs+=(--max-num-seqs 0)\nvllm serve")
+     .replace("--max-num-seqs 2", '"${args[@]}"'),
+     "--max-num-seqs '0': expected a whole number"),
+    (lambda text: text.replace("vllm serve /models/DeepSeek-V4-Flash", 'vllm serve /models/DeepSeek-V4-Flash "${extra[@]}"'),
+     "`vllm serve` argument '${extra[@]}': an expansion this check does not follow"),
+    (lambda text: text.replace("--compilation-config", "--speculative-config.draft_depth.verify sideways --compilation-config"),
+     "--speculative-config: 'num_speculative_tokens'"),
+    (lambda text: text.replace('"reasoning_depth": 0}', '"reasoning_depth": 0}, "enable_adaptive_verification": true'),
+     "draft_depth (ds4x) and enable_adaptive_verification (vLLM) both choose"),
+    (lambda text: text.replace("export LK_THREADS=12", "export LK_THREADS=12 LVLLM_GPU_PREFILL_MIN_BATCH_SIZE=9000")
+     .replace("--max-num-seqs 2", "--max-num-seqs 2 --max-num-batched-tokens 8192"),
+     "LVLLM_GPU_PREFILL_MIN_BATCH_SIZE=9000 exceeds max-num-batched-tokens=8192"),
+    (lambda text: text.replace("export LK_THREADS=12", f"export LK_THREADS=12 LVLLM_GPU_RESIDENT_ROUTING_STATS={ROUTING}"),
+     "LVLLM_GPU_RESIDENT_ROUTING_STATS="),
+    (lambda text: text.replace('"num_speculative_tokens": 2', '"num_speculative_tokens": 1000000000000'),
+     "num_speculative_tokens='1000000000000': expected a whole number in 1..64"),
+])
+def test_check_launch_reads_as_bash_and_the_engine_would(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         edit: Callable[[str], str], message: str) -> None:
+    script = hand_written(tmp_path, 12)
+    routing = tmp_path / "routing.json"
+    routing.write_text('{"3": [' + ", ".join(["1"] * 255 + ["NaN"]) + "]}")
+    script.write_text(edit(script.read_text()).replace(ROUTING, str(routing)))
+    before = listing(tmp_path)
+    code, errors = check_launch(capsys, script)
+    assert code == 1 and any(message in line for line in errors), errors
+    assert listing(tmp_path) == before
+
+
+def test_the_routing_file_s_counts_are_the_engine_s_to_refuse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = hand_written(tmp_path, 12)
+    routing = tmp_path / "routing.json"
+    text = script.read_text().replace("export LK_THREADS=12", f"export LK_THREADS=12 LVLLM_GPU_RESIDENT_ROUTING_STATS={routing}")
+    script.write_text(text)
+    for counts, message in (([1] * 255 + [-1], "layer 3, expert 255: '-1' is not a count"),
+                            ([1] * 256, None)):
+        routing.write_text(json.dumps({"3": counts}))
+        code, errors = check_launch(capsys, script)
+        assert (code, bool(errors)) == ((1, True) if message else (0, False)), errors
+        assert message is None or message in errors[0]
+    routing.unlink()
+    code, errors = check_launch(capsys, script)
+    assert code == 1 and "LVLLM_GPU_RESIDENT_ROUTING_STATS=" in errors[0] and "No such file" in errors[0], errors
+
+
+def test_an_args_array_built_in_steps_reads_as_bash_passes_it(tmp_path: Path) -> None:
+    script = tmp_path / "serve.sh"
+    script.write_text('#!/bin/bash\nargs=(--port 8000)\nargs+=(--max-num-seqs 4)\ndeclare -rx LK_THREADS=3\n'
+                      'PORT_NAME=dsv4\nexec vllm serve /m "${args[@]}" --served-model-name "$PORT_NAME" '
+                      '--speculative-config.draft_depth.policy fixed --speculative_config.draft_depth.graph_depths [2]\n')
+    read = script_reader.read(script.read_text())
+    assert read.argv[:5] == run_script(script, tmp_path)[1:6] and not read.problems
+    assert read.env["LK_THREADS"] == "3" and read.options["--max-num-seqs"] == "4"
+    assert json.loads(read.options["--speculative-config"]) == {"draft_depth": {"policy": "fixed", "graph_depths": [2]}}

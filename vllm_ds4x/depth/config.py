@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from vllm_ds4x.depth.phase_tracker import ANSWER, PHASES, REASONING
 
 WHERE = "speculative_config.draft_depth"
+MAX_K = 64  # num_speculative_tokens a draft-depth policy serves: far above any drafter's K, and its tables stay small
 EXAMPLE = '{"policy": "phase", "reasoning_depth": 1}'
 
 StepCost = tuple[float, ...] | dict[int, tuple[float, ...]]
@@ -292,6 +293,9 @@ def _policy_class(raw: Mapping[str, Any]) -> type[DraftDepthConfig]:
 
 def parse_draft_depth(raw: Any, k_max: int) -> DraftDepthConfig:
     """The typed config of `raw` (None: fixed) against K_max; raises DraftDepthError."""
+    if isinstance(k_max, bool) or not isinstance(k_max, int) or not 1 <= k_max <= MAX_K:
+        raise DraftDepthError(f"speculative_config.num_speculative_tokens={shown(k_max)}: expected a whole number "
+                              f"in 1..{MAX_K} with draft_depth, e.g. 2")
     if raw is None:
         return FixedDepth()
     if not isinstance(raw, Mapping):

@@ -30,11 +30,11 @@ def read_env() -> tuple[mp.Selection, bool]:
     return selection, mp.parse_flag(os.environ.get(mp.DRAFT_ENV), mp.DRAFT_ENV, default=True)
 
 
-def routing_stats(shape: mp.ModelShape) -> dict[int, list[float]] | None:
+def routing_stats(shape: mp.ModelShape, path: str | None = None) -> dict[int, list[float]] | None:
     """Expert counts per layer (JSON {"<layer>": [count per expert]}) to rank
-    layers for `auto`, from LVLLM_GPU_RESIDENT_ROUTING_STATS when set, checked
+    layers for `auto`, from `path` (--check-launch's) or LVLLM_GPU_RESIDENT_ROUTING_STATS when set, checked
     as `plan --routing-stats` checks them (mp.parse_routing)."""
-    path = os.environ.get(mp.ROUTING_ENV)
+    path = path or os.environ.get(mp.ROUTING_ENV)
     if not path:
         return None
     if os.path.exists(path) and not os.path.isfile(path):  # a pipe or device would hold start-up on the read
