@@ -23,6 +23,12 @@ from vllm_ds4x.depth.phase_tracker import ANSWER, PHASES, REASONING
 
 WHERE = "speculative_config.draft_depth"
 MAX_K = 64  # num_speculative_tokens a draft-depth policy serves: far above any drafter's K, and its tables stay small
+COSTS = (1e-6, 1e6)
+"""a relative step cost's range: measure writes 1 to a few; within it a ratio of two costs, their sums and
+their products over a request's life stay far from float's ends (1e-320 passed `> 0` and overflowed the clock)"""
+RATE_EDGE = 1e-6  # rates (prior_acceptance, smoothing) keep this far from 0 (and 1 where 1 is open)
+MAX_STEPS = 2**20  # hold_steps, probe_interval, explore_steps: a million steps, where a float still counts them exactly
+MAX_HYSTERESIS = 100.0  # a switch for more than 100x the expected gain is never; larger is a typo
 EXAMPLE = '{"policy": "phase", "reasoning_depth": 1}'
 
 StepCost = tuple[float, ...] | dict[int, tuple[float, ...]]
@@ -182,9 +188,9 @@ def _is_number(value: Any) -> bool:
 def _whole(name: str, value: Any, low: int, high: int | None, example: int) -> int:
     """A whole number (not a bool, not 1.0) in low..high (None: no top)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
-        span = f"{low}..{high} (num_speculative_tokens), a whole number" if high is not None else \
-            f"a whole number >= {low}"
-        raise _fail(name, value, span, str(example))
+        depth = high is not None and name.endswith("depth")
+        span = f"{low}..{high} (num_speculative_tokens), a whole number" if depth else f"a whole number >= {low}"
+        raise _fail(name, value, span, str(example) if depth or high is None else f"{example} (at most {high})")
     return value
 
 
@@ -196,12 +202,14 @@ def _fraction(name: str, value: Any, ok: Callable[[float], bool], span: str, exa
 
 
 def _costs(value: Any, k_max: int, at: str) -> tuple[float, ...]:
-    """One list of k_max + 1 finite positive costs."""
+    """One list of k_max + 1 finite costs in COSTS."""
+    low, high = COSTS
     if not isinstance(value, (list, tuple)) or len(value) != k_max + 1 or not all(
-            _is_number(c) and c > 0 for c in value):
+            _is_number(c) and low <= c <= high for c in value):
         example = [round(1 + 0.6 * d, 1) for d in range(k_max + 1)]
         raise DraftDepthError(f"{WHERE}.step_cost{at}: expected {k_max + 1} positive costs "
-                              f"(1..{k_max + 1} tokens verified), e.g. {example}; got {shown(value)}")
+                              f"(1..{k_max + 1} tokens verified), e.g. {example}; got {shown(value)} (each cost "
+                              f"in [{low:g}, {high:g}])")
     return tuple(float(c) for c in value)
 
 
@@ -232,7 +240,8 @@ PRIOR = 0.7  # AdaptiveDepth.prior_acceptance's default
 def _prior_acceptance(value: Any) -> float | dict[str, float]:
     """One rate in (0, 1), or such rates by phase."""
     def rate(name: str, v: Any) -> float:
-        return _fraction(name, v, lambda x: 0 < x < 1, "in (0, 1)", f"{PRIOR}, or {{\"reasoning\": 0.5, \"answer\": 0.93}}")
+        return _fraction(name, v, lambda x: RATE_EDGE <= x <= 1 - RATE_EDGE, "in (0, 1)",
+                         f"{PRIOR}, or {{\"reasoning\": 0.5, \"answer\": 0.93}} (at least {RATE_EDGE:g} from 0 and 1)")
 
     if not isinstance(value, Mapping):
         return rate("prior_acceptance", value)
@@ -276,11 +285,13 @@ def _field_parsers(k_max: int) -> dict[str, Callable[[Any], Any]]:
         "min_depth": lambda v: _whole("min_depth", v, 0, k_max, 0),
         "step_cost": lambda v: _step_cost(v, k_max),
         "prior_acceptance": _prior_acceptance,
-        "smoothing": lambda v: _fraction("smoothing", v, lambda x: 0 < x <= 1, "in (0, 1]", "0.03"),
-        "hysteresis": lambda v: _fraction("hysteresis", v, lambda x: x >= 0, ">= 0", "0.01"),
-        "hold_steps": lambda v: _whole("hold_steps", v, 0, None, 16),
-        "probe_interval": lambda v: _whole("probe_interval", v, 1, None, 8),
-        "explore_steps": lambda v: _whole("explore_steps", v, 0, None, 16),
+        "smoothing": lambda v: _fraction("smoothing", v, lambda x: RATE_EDGE <= x <= 1, "in (0, 1]",
+                                         f"0.03 (at least {RATE_EDGE:g})"),
+        "hysteresis": lambda v: _fraction("hysteresis", v, lambda x: 0 <= x <= MAX_HYSTERESIS, ">= 0",
+                                          f"0.01 (at most {MAX_HYSTERESIS:g})"),
+        "hold_steps": lambda v: _whole("hold_steps", v, 0, MAX_STEPS, 16),
+        "probe_interval": lambda v: _whole("probe_interval", v, 1, MAX_STEPS, 8),
+        "explore_steps": lambda v: _whole("explore_steps", v, 0, MAX_STEPS, 16),
     }
 
 
