@@ -19,7 +19,7 @@ from typing import Any
 
 from ds4x import inputs
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
-from ds4x.deploy import launch, script_reader, script_writer
+from ds4x.deploy import launch, script_reader, script_writer, wrap
 from ds4x.deploy.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanCommand, PlanRequest
 from ds4x.errors import Ds4xError, InputError
 from ds4x.scratch import atomic_path
@@ -392,10 +392,9 @@ def check_launch(command: PlanCommand, script_path: Path) -> int:
     found = launch.check(script, command.request, compute, profile, command.cores)
     cores = f"{command.cores} cores (--cores)" if command.cores else f"{os.cpu_count() or 1} cores (this machine)"
     print(f"checked for: {cores}, a GPU of {command.request.gpu_mem / 2**30:.2f} GiB (--gpu-mem)")
-    for line in found.warnings:
-        print(f"warning: {line}")
-    for line in found.errors:
-        print(f"error: {line}")
+    for kind, said in (("warning", found.warnings), ("error", found.errors)):
+        for line in said:
+            print("\n".join(wrap.lines(line, f"{kind}: ")) if sys.stdout.isatty() else f"{kind}: {line}")
     print(f"{script_path}: {len(found.errors)} error(s), {len(found.warnings)} warning(s)")
     if command.write:
         return write_fixed(command, script_path, command.write, script, found, profile)

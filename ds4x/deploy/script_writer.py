@@ -9,6 +9,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from ds4x.deploy import wrap
 from ds4x.deploy.script_reader import Fix, Launch, json_object
 
 MARK = "# plan --check-launch --write:"
@@ -28,7 +29,7 @@ def _shown(value: Any) -> str:
 
 
 def _comment(line: int, what: str, why: str) -> Edit:
-    return Edit(line, line, f"{MARK} {what}: {' '.join(why.split())}\n")
+    return Edit(line, line, wrap.comment(f"{what}: {why}", MARK))
 
 
 def _env_edits(launch: Launch, fix: Fix) -> list[Edit]:

@@ -13,6 +13,7 @@ import pytest
 from ds4x.cli import main
 from ds4x.deploy import script_reader
 from ds4x.deploy.script_writer import MARK
+from ds4x.deploy.wrap import CONTINUED
 from tests.serve_script import SPEC, USERS
 from vllm_ds4x.depth.named_policies import named_policies
 
@@ -49,7 +50,7 @@ def test_write_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert json.loads(after.options["--compilation-config"]) == {"cudagraph_mode": "FULL_DECODE_ONLY"}
     text = out.read_text()
     assert text.count(MARK) == 4 and "# what fits on my 5090" in text and "# my DeepSeek-V4 server" in text
-    kept = [line for line in text.splitlines() if not line.startswith(MARK)]
+    kept = [line for line in text.splitlines() if not line.startswith((MARK, CONTINUED))]  # a comment, wrapped
     assert len(kept) == len(script.read_text().splitlines())  # no line added but the comments
     argv = run_script(out, tmp_path)
     assert argv[:2] == ["serve", "/models/DeepSeek-V4-Flash"] and "--port" in argv
