@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ds4x.errors import InputError
 from vllm_ds4x.depth import sim
 from vllm_ds4x.measure.request import MeasureRequest
 from vllm_ds4x.moe import placement as mp
@@ -22,6 +23,7 @@ class PlanRequest:
 
     config: Path
     gpu_mem: int
+    """bytes (--gpu-mem takes 32, 32G, 32GiB or 31.5GB: plan.SIZE_UNITS)"""
     gpu_memory_utilization: float
     max_model_len: int
     kv_cache_dtype: str
@@ -66,7 +68,9 @@ class PlanCommand:
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> PlanCommand:
-        """The command the parsed command line's options hold."""
+        """The command the parsed command line's options hold; raises InputError for options that
+        cannot go together or a model `vllm serve` would read as an option."""
+        _check_launch_options(options)
         built = ("request", "measure", "overlap")
         given = {field.name: options[field.name] for field in fields(cls) if field.name not in built}
         overlap = sim.Overlap(mode=options["overlap"], outside_ms=options["overlap_outside_ms"],
@@ -86,3 +90,17 @@ class Plan:
     """decode tok/s bound by RAM bandwidth, by resident MoE layers 0..all"""
     by_phase: dict[str, float]
     """that bound at the chosen layers with the tokens each phase's acceptance makes"""
+
+
+def _check_launch_options(options: Mapping[str, Any]) -> None:
+    """--launch writes a script, --check-launch reads one: not both at once; and the model the script
+    serves (--model, else --config's folder) is no option to `vllm serve` (--model=--trust-remote-code)."""
+    if options["launch"] is not None and options["check_launch"] is not None:
+        raise InputError(f"--launch {options['launch']} with --check-launch {options['check_launch']}: one writes a "
+                         f"script, the other checks one", "give one of them (--check-launch ... --write OUT writes "
+                         "the checked script with its fixes)")
+    model = options["model"] or str(Path(options["config"]).parent)
+    if options["launch"] is not None and model.startswith("-"):
+        which = "--model" if options["model"] else "the folder of --config"
+        raise InputError(f"{which} {model[:60]!r}: starts with '-', so `vllm serve` would read it as an option",
+                         "give the model's path (./-name for a folder whose name starts with '-') or its name")

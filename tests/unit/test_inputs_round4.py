@@ -179,3 +179,20 @@ def test_an_args_array_built_in_steps_reads_as_bash_passes_it(tmp_path: Path) ->
     assert read.argv[:5] == run_script(script, tmp_path)[1:6] and not read.problems
     assert read.env["LK_THREADS"] == "3" and read.options["--max-num-seqs"] == "4"
     assert json.loads(read.options["--speculative-config"]) == {"draft_depth": {"policy": "fixed", "graph_depths": [2]}}
+
+
+# ---- plan's options that cannot go together, and a model that reads as an option
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model=--trust-remote-code"], "--model '--trust-remote-code': starts with '-', so `vllm serve` would read it"),
+    (["--model=-m"], "--model '-m': starts with '-'"),
+    (["--check-launch", "serve.sh"], "--launch s.sh with --check-launch serve.sh: one writes a script"),
+])
+def test_launch_refuses_what_it_cannot_write(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch, args: list[str], message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "serve.sh").write_text("vllm serve /m\n")
+    before = listing(tmp_path)
+    assert message in refused(capsys, "plan", "--launch", "s.sh", *args)
+    assert listing(tmp_path) == before
