@@ -32,10 +32,14 @@ from vllm_ds4x.measure import request as measure
 from vllm_ds4x.moe import placement as mp
 
 EXAMPLE = HOME.examples / EXAMPLE_CONFIG
-_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)?", re.I)
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)", re.I)
 MAX_SIZE = 2**50  # 1 PiB: above any GPU or RAM bandwidth a plan is for
 DSPARK_LAYERS = 3  # the draft layers DSpark ships with DeepSeek-V4-Flash (the README's configuration)
-_UNITS = {None: 1024**3, "gib": 1024**3, "gb": 10**9, "mib": 1024**2, "mb": 10**6}
+_UNITS = {"": 1024**3, **{unit: 1024**power for power, letter in ((2, "m"), (3, "g"), (4, "t"))
+                          for unit in (letter, f"{letter}i", f"{letter}ib")},
+          "mb": 10**6, "gb": 10**9, "tb": 10**12}
+"""a size's units, lower case: a bare number, G, Gi and GiB are 2^30 bytes (M, T alike); GB is 10^9 (MB, TB alike)"""
+SIZE_UNITS = "none, G, Gi or GiB: 2^30 bytes; M, MiB: 2^20; T, TiB: 2^40; GB, MB, TB: 10^9, 10^6, 10^12; any case"
 
 
 KV_DTYPES = ("fp8_ds_mla", "fp8", "fp8_e4m3", "fp8_e5m2", "auto", "bf16", "bfloat16")
@@ -48,9 +52,11 @@ def _shown(text: str) -> str:
 
 
 def size(text: str) -> int:
-    """`32`, `32GiB`, `31.5 GB`: bytes (a bare number is GiB)."""
+    """`32`, `32G`, `32 gib`, `31.5GB`: bytes (a bare number is GiB; _UNITS)."""
     found = _SIZE.fullmatch(text.strip()) if len(text) <= _MAX_TEXT else None
-    value = int(float(found[1]) * _UNITS[found[2].lower() if found[2] else None]) if found else -1
+    if found and found[2].lower() not in _UNITS:
+        raise argparse.ArgumentTypeError(f"{_shown(text)}: unknown unit {found[2]!r} ({SIZE_UNITS})")
+    value = int(float(found[1]) * _UNITS[found[2].lower()]) if found else -1
     if not 0 <= value <= MAX_SIZE:
         raise argparse.ArgumentTypeError(f"{_shown(text)} is not a size like 32GiB or 31.5GB (at most 1 PiB)")
     return value
@@ -117,7 +123,9 @@ def _check_launch_arguments(p: argparse.ArgumentParser) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     most_k, most_seqs = measure.MAX_K, measure.MAX_SEQS  # measure's bounds, for plan's options too
     p.add_argument("--config", type=Path, default=EXAMPLE, help="model config.json (default: DeepSeek-V4-Flash example)")
-    p.add_argument("--gpu-mem", type=size, default=size("32GiB"), help="memory of one GPU (default: 32GiB, RTX 5090)")
+    p.add_argument("--gpu-mem", type=size, default=size("32GiB"), metavar="SIZE",
+                   help=f"memory of one GPU: 32, 32G and 32GiB are all 32 GiB (units: {SIZE_UNITS}; "
+                        f"default: 32GiB, RTX 5090)")
     p.add_argument("--gpu-memory-utilization", type=fraction, default=0.92, help="vLLM's setting (default: 0.92)")
     p.add_argument("--max-model-len", type=bounded.count(1, MAX_MODEL_LEN), default=1048576, help="tokens (default: 1048576)")
     p.add_argument("--kv-cache-dtype", default="fp8_ds_mla", choices=KV_DTYPES, help="default: fp8_ds_mla")
@@ -128,8 +136,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-layers", type=bounded.count(0, MAX_PARALLEL), default=DSPARK_LAYERS,
                    help=f"draft layers on the GPU's budget (default: {DSPARK_LAYERS}, DSpark's; MTP: 1, none: 0)")
     p.add_argument("--cpu-draft-layers", action="store_true", help="keep draft layers on the CPU")
-    p.add_argument("--reserve", type=size, default=size("1.5GiB"), help="activations, CUDA graphs (default: 1.5GiB)")
-    p.add_argument("--ram-bandwidth", type=positive_size, default=size("89.6GB"), help="bytes/s (default: 89.6GB, DDR5-5600 x2)")
+    p.add_argument("--reserve", type=size, default=size("1.5GiB"), metavar="SIZE",
+                   help="activations, CUDA graphs, in --gpu-mem's units (default: 1.5GiB)")
+    p.add_argument("--ram-bandwidth", type=positive_size, default=size("89.6GB"), metavar="SIZE",
+                   help="bytes/s, in --gpu-mem's units (default: 89.6GB, DDR5-5600 x2)")
     p.add_argument("--verify-tokens", type=bounded.count(1, most_k + 1), help="tokens per request and decode step (default: 1 + K, -k below)")
     p.add_argument("--routing-stats", type=Path, help='JSON {"<layer>": [count per expert, ...]} to rank layers')
     p.add_argument("--plot", type=png, help="write a PNG of the decode ceiling against resident layers")
