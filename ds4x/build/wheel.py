@@ -175,16 +175,23 @@ def clear_superseded(dist: Path, built: list[Built]) -> list[Path]:
     return superseded
 
 
-CONSTRAINTS_HEADER = "# ds4x wheels, pinned by hash: pip install -c dist/constraints.txt ...\n"
+CONSTRAINTS_HEADER = ("# ds4x wheels, pinned by hash: pip install --no-deps --require-hashes --no-index "
+                      "--find-links dist -r dist/constraints.txt\n")
+"""`-r`, not `-c`: as requirements, the lines install exactly these wheels, each checked against its
+hash; as constraints, their hashes turn on pip's hash-checking mode without meeting it, so every
+requirement given beside them must carry a hash of its own (pypa/pip#12956)"""
+EARLIER_HEADERS = ("# ds4x wheels, pinned by hash: pip install -c dist/constraints.txt ...\n",)
+"""what earlier builds wrote first: their dist/ is ours to rebuild into too"""
 
 
 def made_by_ds4x(dist: Path) -> bool:
-    """dist/ holds an earlier build of ours: its constraints.txt starts with our header."""
+    """dist/ holds an earlier build of ours: its constraints.txt starts with our header (or an earlier one)."""
     try:
         with (dist / "constraints.txt").open("rb") as f:
-            return f.read(len(CONSTRAINTS_HEADER)) == CONSTRAINTS_HEADER.encode()
+            first = f.readline(4096)
     except OSError:
         return False
+    return first.decode("utf-8", "replace") in (CONSTRAINTS_HEADER, *EARLIER_HEADERS)
 
 
 def write_constraints(dist: Path, built: list[Built], removed: Sequence[Path] = ()) -> Path:
