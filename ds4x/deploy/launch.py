@@ -24,6 +24,7 @@ from vllm_ds4x.depth import composition
 from vllm_ds4x.depth import config as depth_config
 from vllm_ds4x.depth import policy as draft_depth
 from vllm_ds4x.depth.named_policies import named_policies
+from vllm_ds4x.measure import analysis
 from vllm_ds4x.moe import engine_inputs, overlap_plan
 from vllm_ds4x.moe import placement as mp
 
@@ -319,6 +320,9 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
     except (ValueError, KeyError, TypeError, draft_depth.DraftDepthError) as e:
         errors.append(f"--speculative-config: {str(e)[:400]}")
         return
+    if profile and (why := analysis.profile_problem(profile[0], k)):
+        raise InputError(f"--profile {profile[1]}: not a plan --measure profile: {why}",
+                         "give the file plan --measure wrote (--profile-out)")
     advice = measured_advice.advise(spec, k, profile, max_num_seqs=_max_num_seqs(launch))
     if advice:
         warnings.append(advice.message)

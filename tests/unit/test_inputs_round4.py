@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -196,3 +197,59 @@ def test_launch_refuses_what_it_cannot_write(tmp_path: Path, capsys: pytest.Capt
     before = listing(tmp_path)
     assert message in refused(capsys, "plan", "--launch", "s.sh", *args)
     assert listing(tmp_path) == before
+
+
+# ---- what the tool drives, it distrusts: the timing worker's answers, a profile
+
+
+WORKER = """#!{python}
+import sys
+from pathlib import Path
+
+if sys.argv[1] == "-c":  # measure's check that this Python has lk_moe
+    sys.exit(0)
+print((Path(__file__).parent / "answer.txt").read_text())
+"""
+GOOD_CASES = [{"tokens": t, "ms": 1.0 + t / 10, "calls": 9, "distinct": 2.0, "repeats": [1.0 + t / 10] * 3}
+              for t in (1, 2, 3, 4, 6)]
+
+
+@pytest.mark.parametrize(("answer", "message"), [
+    ({"threads": 1, "ram_gbs": 10.0, "path": "cpu_prefill", "cases": []}, "answered no cases"),
+    ({"threads": 1, "ram_gbs": 10.0, "path": "cpu_prefill", "cases": [{**GOOD_CASES[0], "ms": 0}, *GOOD_CASES[1:]]},
+     "answered at 1 tokens {'ms': 0, 'distinct': 2.0}: times and distinct experts must be finite and above 0"),
+    ('{"threads": 1, "ram_gbs": NaN, "path": "cpu_prefill", "cases": []}', "answered no JSON (ram_gbs: nan is not a finite"),
+    ({"threads": 1, "ram_gbs": 0, "path": "cpu_prefill", "cases": GOOD_CASES}, "answered RAM bandwidth 0: not a finite"),
+    ({"threads": 1, "ram_gbs": 9.0, "path": "cpu_prefill", "cases": GOOD_CASES[:2]}, "answered cases for other token counts"),
+    ('{"threads": 1, "cases": ' + "[" * 100 + "]" * 100 + "}", "answered no JSON (nested deeper than 32"),
+])
+def test_a_timing_worker_s_bad_answer_is_one_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   answer: object, message: str) -> None:
+    python = tmp_path / "python"
+    python.write_text(WORKER.format(python=sys.executable))
+    python.chmod(0o755)
+    (tmp_path / "answer.txt").write_text(answer if isinstance(answer, str) else json.dumps(answer))
+    (tmp_path / "c.json").write_text(EXAMPLE.read_text())
+    code = main(["plan", "--measure", "--config", str(tmp_path / "c.json"), "--python", str(python), "--threads", "1",
+                 "--budget", "1", "--profile-out", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 1 and "Traceback" not in err and len(errors) == 1, err
+    assert "the timing worker (vllm_ds4x.measure.worker) with LK_THREADS=1 " + message in errors[0], errors
+    assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize(("measured", "message"), [
+    ({"acceptance": {"reasoning": 5.0, "answer": 0.9}}, "measured.acceptance {'reasoning': 5.0, 'answer': 0.9}: expected"),
+    ({"acceptance": {"reasoning": 0.0, "answer": 0.9}}, "expected rates in (0, 1) for reasoning and answer"),
+    ("fast", "no \"draft_depth\" and \"measured\" objects"),
+])
+def test_a_profile_out_of_range_gives_no_advice(tmp_path: Path, capsys: pytest.CaptureFixture[str], measured: object,
+                                               message: str) -> None:
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({"draft_depth": {"policy": "adaptive", "step_cost": [1.0, 1.2, 1.3]},
+                                   "measured": measured}))
+    script = hand_written(tmp_path, 12)
+    message_line = refused(capsys, "plan", "--check-launch", str(script), "--profile", str(profile), "--cores", "16")
+    assert f"--profile {profile}: not a plan --measure profile: " in message_line and message in message_line
+    assert "infx" not in message_line

@@ -10,6 +10,7 @@ the same arithmetic by name.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,56 @@ DROP_SHARE = 0.25  # more tokens costing less than fewer by more than this share
 DROP_SLACK = SPREAD_BOUND * DROP_SHARE  # 5% at the default bound (more experts never cost less)
 Run = dict[str, Any]
 """one LK_THREADS setting's timings, as measure's worker writes them"""
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def answer_problem(answer: Any, tokens: Sequence[int], bandwidth: bool) -> str | None:
+    """Why a timing worker's answer cannot be used (None: it can): the shape the worker writes, one
+    case per token count of its job in order, each time finite and above 0, the bandwidth where asked."""
+    if not isinstance(answer, dict):
+        return f"a JSON {type(answer).__name__}, not an object"
+    cases = answer.get("cases")
+    if not isinstance(answer.get("path"), str) or isinstance(answer.get("threads"), bool) or \
+            not isinstance(answer.get("threads"), int):
+        return "no \"path\" or \"threads\""
+    if not isinstance(cases, list) or not cases:
+        return "no cases"
+    if len(cases) != len(tokens) or not all(isinstance(c, dict) for c in cases) or \
+            [c.get("tokens") for c in cases] != list(tokens):
+        return f"cases for other token counts than the {len(tokens)} asked ({list(tokens)[:8]}...)"
+    for case in cases:
+        repeats = case.get("repeats", [case.get("ms")])
+        if not _positive(case.get("ms")) or not isinstance(repeats, list) or not repeats or \
+                not all(map(_positive, repeats)) or not _positive(case.get("distinct")):
+            shown = {k: case.get(k) for k in ("ms", "distinct")}
+            return f"at {case['tokens']} tokens {str(shown)[:80]}: times and distinct experts must be finite and above 0"
+    if bandwidth and not _positive(answer.get("ram_gbs")):
+        return f"RAM bandwidth {str(answer.get('ram_gbs'))[:20]}: not a finite number of GB/s above 0"
+    return None
+
+
+def profile_problem(profile: Any, k: int) -> str | None:
+    """Why a plan --measure profile cannot be advised from (None: it can): the shape measure writes,
+    its draft_depth one the policy serves at K, each phase's acceptance in (0, 1)."""
+    from vllm_ds4x.depth.config import DraftDepthError, parse_draft_depth
+
+    if not isinstance(profile, dict) or not isinstance(profile.get("draft_depth"), dict) or \
+            not isinstance(profile.get("measured"), dict):
+        return "no \"draft_depth\" and \"measured\" objects"
+    try:
+        parse_draft_depth(profile["draft_depth"], k)
+    except DraftDepthError as e:
+        return str(e)[:200]
+    if profile["draft_depth"].get("step_cost") is None:
+        return "its draft_depth has no step_cost"
+    acceptance = profile["measured"].get("acceptance")
+    if not isinstance(acceptance, dict) or not all(_positive(acceptance.get(p)) and acceptance[p] < 1
+                                                   for p in ("reasoning", "answer")):
+        return f"measured.acceptance {str(acceptance)[:60]}: expected rates in (0, 1) for reasoning and answer"
+    return None
 
 
 def thread_warnings(runs: list[Run]) -> tuple[Run, list[str]]:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import vllm_ds4x
 from vllm_ds4x import bounded
@@ -71,8 +71,25 @@ def run_workers(spec: dict[str, Any], threads: list[int], budget_s: float, pytho
         if done.returncode or not results:
             tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
             raise MeasureError(f"lk_moe with LK_THREADS={count} failed (exit {done.returncode}): {tail}", 1)
-        runs.append(json.loads(results[-1]))
+        runs.append(_answer(results[-1], count, spec["tokens"], bool(job["bandwidth"])))
     return runs
+
+
+def _answer(line: str, threads: int, tokens: list[int], bandwidth: bool) -> dict[str, Any]:
+    """A worker's answer, checked whole (analysis.answer_problem) before anything reads it."""
+    from vllm_ds4x.measure import analysis
+
+    why: str | None
+    try:
+        answer = bounded.loads(line)
+    except bounded.BoundError as e:
+        answer, why = None, f"no JSON ({str(e)[:80]})"
+    else:
+        why = analysis.answer_problem(answer, tokens, bandwidth)
+    if why:
+        raise MeasureError(f"the timing worker ({WORKER}) with LK_THREADS={threads} answered {why}; nothing is "
+                           f"advised from it: check lk_moe in --python, or run the worker alone", 1)
+    return cast(dict[str, Any], answer)
 
 
 def retimed(spec: dict[str, Any], runs: list[dict[str, Any]], budget_s: float, python: str,
