@@ -164,7 +164,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     group.add_argument("--ubatch-gpu", type=fraction, default=1.0, metavar="F",
                        help="one micro-batch's GPU part as a fraction of the whole batch's (default 1.0: the GPU "
                             "side hardly grows with requests; 0.5: splitting adds no GPU work)")
-    p.set_defaults(python=None)  # plan finds (or makes) a Python with lk_moe itself
+    group.add_argument("--python", metavar="PYTHON",
+                       help="the Python with lk_moe and numpy that runs the timing worker (default: this one if it "
+                            "has them, else the venv ds4x keeps for lk_moe in its cache, made on first use from a "
+                            "CPython 3.12 found on PATH or through pyenv: lk_moe ships cp312 wheels only)")
 
 
 def _load_json(path: Path, what: str) -> dict[str, Any]:

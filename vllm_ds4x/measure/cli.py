@@ -129,12 +129,17 @@ def plot(path: Path, runs: list[dict[str, Any]], moe_layers: int) -> None:
 
 
 def add_arguments(p: argparse._ActionsContainer, shared: bool = True) -> None:
-    """shared: also --config, --max-num-seqs and --plot (plan has its own)."""
+    """shared: also --config, --max-num-seqs, --plot, --force and --python (plan has its own: its --python
+    finds or makes a Python with lk_moe)."""
     if shared:
         p.add_argument("--config", type=Path, required=True, help="the model's config.json")
         p.add_argument("--max-num-seqs", type=bounded.count(1, MAX_SEQS), default=1, help="requests per batch to time (default 1)")
         p.add_argument("--plot", type=Path, help="write a PNG of the curve per LK_THREADS")
         p.add_argument("--force", action="store_true", help="write over an existing --profile-out or --plot")
+        p.add_argument("--python", default=sys.executable,
+                       help="the Python with lk_moe and numpy that runs the timing worker, one process per LK_THREADS "
+                            "value (default: this one, the Python running measure; refused before any timing where "
+                            "it cannot import them)")
     p.add_argument("--format", choices=["auto", "mxfp4", "bf16"], default="auto",
                    help="expert format (auto: the config's expert_dtype; fp4 -> mxfp4)")
     p.add_argument("--num-speculative-tokens", "-k", type=bounded.count(1, MAX_K), default=2, help="K: draft depths 0..K (default 2)")
@@ -154,7 +159,6 @@ def add_arguments(p: argparse._ActionsContainer, shared: bool = True) -> None:
                         f"(default {DEFAULT_GPU_MS}: RTX 5090, DeepSeek-V4-Flash)")
     p.add_argument("--profile-out", type=Path, default=Path("ds4x-step-cost.json"),
                    help="where to write the step-cost profile (default ds4x-step-cost.json)")
-    p.add_argument("--python", default=sys.executable, help="the Python with lk_moe (default: this one)")
 
 
 def run(request: MeasureRequest, find_python: Callable[[], str] | None = None) -> int:
