@@ -11,12 +11,21 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ds4x import __version__, inputs, log
 from ds4x.build import pins, words
 from ds4x.checkout import HOME, Checkout, Layout
-from ds4x.errors import EXIT_BUG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_TERMINATED, Ds4xError, InputError, Terminated
+from ds4x.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_BUG,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    Ds4xError,
+    InputError,
+    Terminated,
+)
 from ds4x.log import logger
 from ds4x.scratch import atomic_write
 from vllm_ds4x import out_paths
@@ -259,8 +268,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
 Adder = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's, with a usage error as one line and a hint to --help (exit 2), as every other error
+    is said; its subcommands' parsers are of this class too (add_subparsers' parser_class)."""
+
+    def error(self, message: str) -> NoReturn:
+        where = (f"{self.prog} --help lists the commands, {self.prog} COMMAND --help a command's options"
+                 if self._subparsers else f"{self.prog} --help lists the options")
+        self.exit(EXIT_BAD_INPUT, f"error: {message}\nhint: {where}\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="build.py", description="ds4x: patched vLLM / Lvllmds4-x / FlashInfer wheels")
+    top = Parser(prog="build.py", description="ds4x: patched vLLM / Lvllmds4-x / FlashInfer wheels")
     top.add_argument("--version", action="version", version=f"ds4x {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
 
