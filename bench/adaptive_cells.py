@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import adaptive_mixed, e2e_decode
-from bench.printed import print_or_fail
+from bench.printed import MAX_ROUNDS, MAX_SEEDS, print_or_fail
+from vllm_ds4x import bounded
 from vllm_ds4x.depth import mixed as depth_mixed
 from vllm_ds4x.depth.named_policies import any_policy
 from vllm_ds4x.depth.phase_tracker import ANSWER, REASONING
@@ -149,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("resdir", type=Path)
     parser.add_argument("--policy", default="adaptive per request")
-    parser.add_argument("--rounds", type=int, help="rounds (default: as many as the run ran)")
-    parser.add_argument("--seeds", type=int, default=8)
+    parser.add_argument("--rounds", type=bounded.count(1, MAX_ROUNDS), help="rounds (default: as many as the run ran)")
+    parser.add_argument("--seeds", type=bounded.count(1, MAX_SEEDS), default=8)
     parser.add_argument("--steps", action="store_true", help="each cell's depths, step by step")
     parser.add_argument("--drift", action="store_true", help="each cell's steps at the host's speed then")
     args = parser.parse_args(argv)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import e2e_decode, e2e_mixed
-from bench.printed import print_or_fail
+from bench.printed import MAX_COUNT, MAX_SEEDS, print_or_fail
+from vllm_ds4x import bounded
 from vllm_ds4x.depth import mixed as depth_mixed
 from vllm_ds4x.depth.estimates import between
 from vllm_ds4x.depth.named_policies import any_policy
@@ -88,8 +89,8 @@ def lines(resdir: Path, step_counts: Sequence[int], seeds: int,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("resdir", type=Path)
-    parser.add_argument("--steps", type=int, nargs="+", default=[26, 400])
-    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--steps", type=bounded.count(1, MAX_COUNT), nargs="+", default=[26, 400])
+    parser.add_argument("--seeds", type=bounded.count(1, MAX_SEEDS), default=20)
     parser.add_argument("--phases", nargs=N, choices=e2e_decode.PHASES, default=list(depth_mixed.mix(N)))
     args = parser.parse_args(argv)
     return print_or_fail(args.resdir, lambda: lines(args.resdir, args.steps, args.seeds, args.phases))

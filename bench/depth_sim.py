@@ -39,22 +39,39 @@ tokens), by vllm_ds4x.depth.mixed; the rest of a step as for --overlap.
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import printed
+from vllm_ds4x import bounded
 from vllm_ds4x.depth import mixed as depth_mixed
 from vllm_ds4x.depth import sim
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PROFILE = ROOT / "bench" / "results" / "h200-e2e" / "measure.json"
 K_MAX = 2
+MAX_K, MAX_GPU_MS = 16, 60000  # measure's bounds (vllm_ds4x.measure.request): depths and ms of a step
 
 
 def measured(path: Path = DEFAULT_PROFILE) -> dict[str, Any]:
-    """The `measured` object of a profile `measure` wrote."""
-    return dict(json.loads(path.read_text())["measured"])
+    """The `measured` object of a profile `measure` wrote, its step seconds and acceptance checked
+    (ValueError names the file and why)."""
+    profile = printed.read_json(path)
+    found = profile.get("measured") if isinstance(profile, dict) else None
+    if not isinstance(found, dict):
+        raise ValueError(f"{path.name}: no \"measured\" object: not a profile plan --measure wrote")
+    seconds, acceptance = found.get("step_seconds"), found.get("acceptance")
+    if not isinstance(seconds, list) or not 2 <= len(seconds) <= MAX_K + 1 or not all(
+            isinstance(s, (int, float)) and not isinstance(s, bool) and s > 0 for s in seconds):
+        raise ValueError(f"{path.name}: measured.step_seconds {str(seconds)[:60]}: expected 2..{MAX_K + 1} times "
+                         f"above 0")
+    if not isinstance(acceptance, dict) or not all(
+            isinstance(acceptance.get(p), (int, float)) and 0 < acceptance[p] < 1 for p in sim.PHASES):
+        raise ValueError(f"{path.name}: measured.acceptance {str(acceptance)[:60]}: expected rates in (0, 1) for "
+                         f"{' and '.join(sim.PHASES)}")
+    return dict(found)
 
 
 def cpu_profile(graph_below_k: bool, in_graph_ms: Sequence[float], eager_ms: Sequence[float],
@@ -114,9 +131,9 @@ def mixed(profile: dict[str, Any], args: argparse.Namespace) -> list[str]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--reasoning-tokens", type=int, default=3000)
-    p.add_argument("--answer-tokens", type=int, default=800)
-    p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--reasoning-tokens", type=bounded.count(1, printed.MAX_COUNT), default=3000)
+    p.add_argument("--answer-tokens", type=bounded.count(1, printed.MAX_COUNT), default=800)
+    p.add_argument("--seeds", type=bounded.count(1, printed.MAX_SEEDS), default=20)
     p.add_argument("--profile", type=Path, default=DEFAULT_PROFILE,
                    help="a profile written by `plan --measure` / `python -m vllm_ds4x measure` "
                         f"(default: {DEFAULT_PROFILE.relative_to(ROOT)})")
@@ -124,22 +141,31 @@ def parser() -> argparse.ArgumentParser:
                    help="also predict LVLLM_MOE_OVERLAP=ubatch against off (default off: no overlap lines)")
     p.add_argument("--mixed", action="store_true",
                    help="also predict a mixed batch of --requests, each request's own depth against the deepest")
-    p.add_argument("--requests", type=int, default=2,
+    p.add_argument("--requests", type=bounded.count(1, printed.MAX_ROUNDS), default=2,
                    help="running requests of the overlap and mixed predictions (default 2)")
-    p.add_argument("--gpu-ms", type=float, nargs="+", metavar="MS",
+    p.add_argument("--gpu-ms", type=bounded.fraction(0, MAX_GPU_MS), nargs="+", metavar="MS",
                    help="the rest of a step for the overlap prediction, one figure or one per depth "
                         "(default: the profile's gpu_ms)")
-    p.add_argument("--outside-ms", type=float, default=sim.OUTSIDE_MS,
+    p.add_argument("--outside-ms", type=bounded.fraction(0, MAX_GPU_MS), default=sim.OUTSIDE_MS,
                    help=f"ms of the rest that cannot overlap (default {sim.OUTSIDE_MS}: the drafter and the rest "
                         f"outside the decode graph, H200 profile)")
-    p.add_argument("--ubatch-gpu", type=float, default=1.0,
+    p.add_argument("--ubatch-gpu", type=bounded.fraction(0.001, 1), default=1.0,
                    help="one micro-batch's GPU part as a fraction of the batch's (default 1.0; 0.5: splitting adds "
                         "no GPU work)")
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:
+        report(args)
+    except printed.READ_ERRORS as e:
+        return printed.failed(args.profile, e)
+    return 0
+
+
+def report(args: argparse.Namespace) -> None:
+    """main's report on --profile; raises one of printed.READ_ERRORS on a profile of another shape."""
     tokens = {"reasoning": args.reasoning_tokens, "answer": args.answer_tokens}
     profile = measured(args.profile)
     print(f"profile: {args.profile} ({profile.get('format')} layer, {profile.get('path')}, "
@@ -160,4 +186,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

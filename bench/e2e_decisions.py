@@ -12,14 +12,13 @@ naming why, on a run that recorded no decisions or whose cells cannot be placed.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench import e2e_mixed
-from bench.printed import print_or_fail
+from bench.printed import print_or_fail, read_json
 
 Entry = Sequence[Any]
 """[time, request id, phase, depth, probing, exploring, estimate, {batch size: {shape: ms}}] (e2e.trace_depths)"""
@@ -41,7 +40,7 @@ def cell_lines(cell: dict[str, Any], entries: Sequence[Entry]) -> Iterator[str]:
 
 
 def lines(resdir: Path, policy: str | None, phase: str | None) -> list[str]:
-    run = json.loads((resdir / "e2e-spec.json").read_text())
+    run = read_json(resdir / "e2e-spec.json")
     decisions: dict[str, list[Entry]] = run.get("decisions") or {}
     if not decisions:
         raise ValueError("no decisions recorded: run it with E2E_DECISIONS=1 bash ci/fork-gpu/e2e")
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", help="one policy's cells (default: every policy with decisions)")
     parser.add_argument("--phase", choices=["reasoning", "answer", "mixed"], help="one phase's cells")
     args = parser.parse_args(argv)
-    return print_or_fail(args.resdir, lambda: lines(args.resdir, args.policy, args.phase), (OSError, ValueError))
+    return print_or_fail(args.resdir, lambda: lines(args.resdir, args.policy, args.phase))
 
 
 if __name__ == "__main__":

@@ -37,9 +37,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bench import e2e_mixed
+from bench import e2e_mixed, printed
 from bench.counters import HarnessCounters
 from bench.e2e_mixed import NO_SPEC, spread
+from vllm_ds4x import bounded
 from vllm_ds4x.depth import sim
 from vllm_ds4x.depth.named_policies import PER_REQUEST, any_policy, same_behaviour
 
@@ -107,11 +108,14 @@ def adaptive_start(spec: dict[str, Any]) -> dict[str, Any] | None:
 def read_json(path: Path, problems: list[str]) -> dict[str, Any] | None:
     """A result file; unreadable: a problem, and None."""
     try:
-        data: dict[str, Any] = json.loads(path.read_text())
-        return data
-    except (OSError, ValueError) as e:
-        problems.append(f"{path.name}: {e}")
+        data = printed.read_json(path)
+    except ValueError as e:
+        problems.append(str(e))
         return None
+    if not isinstance(data, dict):
+        problems.append(f"{path.name}: a JSON {type(data).__name__}, not an object")
+        return None
+    return data
 
 
 def read_engine(path: Path, problems: list[str]) -> dict[str, Any] | None:
@@ -341,10 +345,18 @@ def batch_sections(res: Results, n: int, seeds: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("resdir", type=Path)
-    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--seeds", type=bounded.count(1, printed.MAX_SEEDS), default=20)
     parser.add_argument("--spec-only", action="store_true",
                         help="the run has no no-speculation engine (E2E_MODES=spec): leave it out")
     args = parser.parse_args(argv)
+    try:
+        return report(args)
+    except printed.READ_ERRORS as e:
+        return printed.failed(args.resdir, e)
+
+
+def report(args: argparse.Namespace) -> int:
+    """main's report of the run; raises one of printed.READ_ERRORS on a run of another shape."""
     res = Results(args.resdir, baseline=not args.spec_only)
     check(res)
     if res.ok and not res.problems:

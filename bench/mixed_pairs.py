@@ -18,7 +18,6 @@ batch-uniform cell of its round (and draw) to pair with or did not measure.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Mapping
@@ -27,7 +26,7 @@ from typing import Any
 
 from bench import e2e_mixed
 from bench.e2e_decode import K
-from bench.printed import print_or_fail
+from bench.printed import print_or_fail, read_json
 from vllm_ds4x.depth import mixed as depth_mixed
 from vllm_ds4x.depth.named_policies import PER_REQUEST
 
@@ -100,7 +99,7 @@ def pair_lines(cells: e2e_mixed.Cells, n: int, twin: str, acceptance: Mapping[st
 
 
 def lines(resdir: Path) -> list[str]:
-    run = json.loads((resdir / "e2e-spec.json").read_text())
+    run = read_json(resdir / "e2e-spec.json")
     cells = e2e_mixed.mixed_cells([run])
     twins = sorted(key for key in cells if key[1].endswith(PER_REQUEST))
     if not twins:
@@ -115,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("resdir", type=Path)
     args = parser.parse_args(argv)
-    return print_or_fail(args.resdir, lambda: lines(args.resdir), (ValueError, OSError))
+    return print_or_fail(args.resdir, lambda: lines(args.resdir))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import printed
 from bench.counters import HarnessCounters
 from bench.e2e_decode import ACCEPTANCE_SLACK, BASELINE, K, acceptance, decode_problems, noise_floor, read_engine
 from bench.e2e_decode import PHASES as PURE
@@ -141,9 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("resdir", type=Path)
     args = parser.parse_args(argv)
+    try:
+        return report(args.resdir)
+    except printed.READ_ERRORS as e:
+        return printed.failed(args.resdir, e)
+
+
+def report(resdir: Path) -> int:
+    """main's report of the run; raises one of printed.READ_ERRORS on a run of another shape."""
     read: list[str] = []
-    spec = read_engine(args.resdir / "e2e-spec.json", read) or {}
-    av = read_engine(args.resdir / "e2e-av.json", read) or {}
+    spec = read_engine(resdir / "e2e-spec.json", read) or {}
+    av = read_engine(resdir / "e2e-av.json", read) or {}
     cells = cells_of([spec, av])
     found = read + (problems(spec, av, cells) if spec and av else [])
     if spec and av and not found:

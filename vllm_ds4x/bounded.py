@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
+import stat
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 MAX_TEXT = 40  # longer values are cut in messages, and no count is this long
@@ -91,3 +94,25 @@ def _check_tree(value: Any) -> None:
             todo.extend((v, f"{path}.{k}" if path else str(k), depth + 1) for k, v in item.items())
         elif isinstance(item, list):
             todo.extend((v, f"{path}[{i}]", depth + 1) for i, v in enumerate(item))
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file as `loads` takes it: a regular file (a FIFO or a device would hold the read, or never
+    end it), at most MAX_JSON_BYTES, UTF-8; BoundError says why not, without the path (the caller names it)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise BoundError("a folder; give the JSON file in it" if path.is_dir() else
+                             "not a regular file (a pipe or a device); give a JSON file")
+        with path.open("rb") as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+    except FileNotFoundError:
+        raise BoundError("not found") from None
+    except OSError as e:
+        raise BoundError(str(e.strerror or e)) from None
+    if len(data) > MAX_JSON_BYTES:
+        raise BoundError(f"larger than {MAX_JSON_BYTES >> 20} MiB; give the JSON file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BoundError(f"byte {e.start} is not UTF-8; give a JSON file") from None
+    return loads(text)

@@ -3,15 +3,20 @@ message naming the input, no traceback, nothing written or replaced."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import math
 import os
 import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bench import depth_sim
+from ds4x.checkout import HOME
 from ds4x.cli import main
 from ds4x.deploy import script_reader
 from ds4x.deploy.plan import EXAMPLE
@@ -253,3 +258,96 @@ def test_a_profile_out_of_range_gives_no_advice(tmp_path: Path, capsys: pytest.C
     message_line = refused(capsys, "plan", "--check-launch", str(script), "--profile", str(profile), "--cores", "16")
     assert f"--profile {profile}: not a plan --measure profile: " in message_line and message in message_line
     assert "infx" not in message_line
+
+
+# ---- the bench commands are tools too: bad counts, profiles and run folders end in one line
+
+
+RUN = HOME.root / "bench" / "results" / "h100-dsv4-e2e"  # a committed run every command below reads
+
+
+def bench_run(capsys: pytest.CaptureFixture[str], command: Callable[[list[str]], int | None],
+              *argv: str) -> tuple[int, str]:
+    """A bench command's exit code and its one error line (FAIL: or argparse's error:)."""
+    try:
+        code = int(command(list(argv)) or 0)
+    except SystemExit as e:
+        code = int(e.code or 0)
+    captured = capsys.readouterr()
+    said = [line for line in (captured.err + captured.out).splitlines() if line.startswith(("FAIL", "error:"))
+            or ": error:" in line]
+    assert "Traceback" not in captured.err and len(said) == 1, captured
+    return code, said[0]
+
+
+def a_run(tmp_path: Path, base: Path, edit: Callable[[dict[str, Any]], Any] | None = None,
+          text: str | None = None) -> Path:
+    """A copy of the committed run `base` whose e2e-spec.json is `edit`ed (or replaced by `text`)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for path in base.glob("*.json"):
+        (run / path.name).write_bytes(path.read_bytes())
+    spec = json.loads((base / "e2e-spec.json").read_text())
+    (run / "e2e-spec.json").write_text(text if text is not None else json.dumps(edit(spec) if edit else spec))
+    return run
+
+
+DEEP = "[" * 200 + "]" * 200
+
+
+@pytest.mark.parametrize(("module", "args", "message"), [
+    ("depth_sim", ["--seeds", "0"], "argument --seeds: '0': expected a whole number in 1..10000"),
+    ("depth_sim", ["--reasoning-tokens", "0"], "argument --reasoning-tokens: '0': expected a whole number"),
+    ("depth_sim", ["--gpu-ms", "nan"], "argument --gpu-ms: 'nan': expected a number in [0, 60000]"),
+    ("adaptive_cells", ["RUN", "--seeds", "0"], "argument --seeds: '0': expected a whole number in 1..10000"),
+    ("adaptive_cells", ["RUN", "--rounds", "0"], "argument --rounds: '0': expected a whole number in 1..1000"),
+    ("adaptive_mixed", ["RUN", "--steps", "0"], "argument --steps: '0': expected a whole number in 1..1000000"),
+    ("e2e_decode", ["RUN", "--seeds", "0"], "argument --seeds: '0': expected a whole number in 1..10000"),
+])
+def test_bench_counts_of_zero_are_refused(capsys: pytest.CaptureFixture[str], module: str, args: list[str],
+                                          message: str) -> None:
+    command = importlib.import_module(f"bench.{module}").main
+    code, line = bench_run(capsys, command, *[str(RUN) if a == "RUN" else a for a in args])
+    assert code == 2 and message in line, line
+
+
+@pytest.mark.parametrize(("profile", "message"), [
+    ("/dev/zero", "not a regular file (a pipe or a device)"),
+    ("fifo", "not a regular file (a pipe or a device)"),
+    ("missing.json", "missing.json: not found"),
+    ('{"measured": {"step_seconds": [0.1, NaN, 0.2]}}', "measured.step_seconds[1]: nan is not a finite number"),
+    ('{"measured": {"step_seconds": [0.1, 0.0, 0.2], "acceptance": {}}}', "measured.step_seconds [0.1, 0.0, 0.2]"),
+    ('{"measured": {"step_seconds": [0.1, 0.2], "acceptance": {"reasoning": 2}}}', "measured.acceptance"),
+    ('{"measured": ' + DEEP + "}", "nested deeper than 32"),
+])
+def test_depth_sim_s_profile_is_checked_before_use(tmp_path: Path, capsys: pytest.CaptureFixture[str], profile: str,
+                                                   message: str) -> None:
+    path = Path(profile) if profile.startswith("/") else tmp_path / profile
+    if profile == "fifo":
+        os.mkfifo(path)
+    elif profile.startswith("{"):
+        path = tmp_path / "p.json"
+        path.write_text(profile)
+    code, line = bench_run(capsys, depth_sim.main, "--profile", str(path), "--seeds", "1")
+    assert code == 1 and line.startswith(f"FAIL: {path}: ") and message in line, line
+
+
+@pytest.mark.parametrize(("edit", "text", "message"), [
+    (None, DEEP, "e2e-spec.json: nested deeper than 32"),
+    (lambda spec: {**spec, "cells": [{**spec["cells"][0], "tok_s": math.nan}]}, None, "cells[0].tok_s: nan is not a"),
+    (lambda spec: [spec], None, ""),
+    (lambda spec: {**spec, "cells": 5}, None, ""),
+    (lambda spec: {**spec, "cells": [{"policy": "adaptive"}]}, None, ""),
+])
+@pytest.mark.parametrize("module", ["e2e_decisions", "mixed_pairs", "side_by_side", "e2e_decode", "adaptive_mixed",
+                                    "adaptive_cells"])
+def test_a_run_folder_of_the_wrong_shape_is_one_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str], module: str,
+                                                     edit: Callable[[dict[str, Any]], Any] | None, text: str | None,
+                                                     message: str) -> None:
+    run = a_run(tmp_path, RUN.with_name("h200-upstream-side-by-side") if module == "side_by_side" else RUN, edit, text)
+    before = listing(run)
+    extra = {"e2e_decode": ["--spec-only", "--seeds", "1"], "adaptive_mixed": ["--seeds", "1", "--steps", "5"],
+             "adaptive_cells": ["--seeds", "1", "--rounds", "1"]}.get(module, [])
+    code, line = bench_run(capsys, importlib.import_module(f"bench.{module}").main, str(run), *extra)
+    assert code == 1 and (str(run) in line or "e2e-spec.json" in line) and message in line, line
+    assert listing(run) == before

@@ -115,21 +115,9 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
     bounded.MAX_JSON_BYTES, in UTF-8, every number finite; `what` is the option."""
     where = f"{what} {path}"
     try:
-        with path.open("rb") as f:
-            data = f.read(bounded.MAX_JSON_BYTES + 1)
-        if len(data) > bounded.MAX_JSON_BYTES:
-            raise MeasureError(f"{where}: larger than {bounded.MAX_JSON_BYTES >> 20} MiB; give the model's config.json")
-        found = bounded.loads(data.decode("utf-8"))
-    except FileNotFoundError:
-        raise MeasureError(f"{where}: not found") from None
-    except IsADirectoryError:
-        raise MeasureError(f"{where}: a folder; give the JSON file in it") from None
-    except OSError as e:
-        raise MeasureError(f"{where}: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise MeasureError(f"{where}: byte {e.start} is not UTF-8; give a JSON file") from None
+        found = bounded.read_json(path)
     except bounded.BoundError as e:
-        raise MeasureError(f"{where}: {str(e)[:150]}; give a JSON file") from None
+        raise MeasureError(f"{where}: {str(e)[:150]}") from None
     if not isinstance(found, dict):
         raise MeasureError(f"{where}: a JSON {type(found).__name__}, not an object")
     return found
