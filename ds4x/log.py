@@ -1,4 +1,5 @@
-"""One `ds4x` logger, timed steps and progress bars that respect -q and TTYs."""
+"""One `ds4x` logger, timed steps and progress bars that respect -q and TTYs; where output is
+not a terminal (a captured log), each download is one line instead of a bar."""
 
 from __future__ import annotations
 
@@ -34,15 +35,16 @@ def _colour(text: str, code: str) -> str:
 
 @contextlib.contextmanager
 def step(title: str) -> Iterator[None]:
-    """`* title` ... `  done in 1.2s` (or `failed after`), like cibuildwheel."""
+    """`* title` ... `  ✓ title: 1.2s` (or `✗ title: failed after`), like cibuildwheel; the end
+    names its step, so that a log with other lines between still reads."""
     logger.info("* %s", title)
     start = time.monotonic()
     try:
         yield
     except BaseException:
-        logger.info(_colour("  ✗ failed after %.1fs", "31"), time.monotonic() - start)
+        logger.info(_colour("  ✗ %s: failed after %.1fs", "31"), title, time.monotonic() - start)
         raise
-    logger.info(_colour("  ✓ %.1fs", "32"), time.monotonic() - start)
+    logger.info(_colour("  ✓ %s: %.1fs", "32"), title, time.monotonic() - start)
 
 
 def progress(total: int | None, desc: str, unit: str = "B") -> tqdm[Any]:
@@ -58,3 +60,16 @@ def progress(total: int | None, desc: str, unit: str = "B") -> tqdm[Any]:
         file=sys.stderr,
         disable=not sys.stderr.isatty() or logger.level > logging.INFO,
     )
+
+
+def size_text(size: int) -> str:
+    """`12.3 MiB`, `1.20 GiB`, `512 B`."""
+    if size >= 2**30:
+        return f"{size / 2**30:.2f} GiB"
+    return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size} B" if size < 2**10 else f"{size / 2**10:.1f} KiB"
+
+
+def downloaded(name: str, size: int, seconds: float) -> None:
+    """One line a finished download where no progress bar showed it (stderr not a terminal)."""
+    if not sys.stderr.isatty():
+        logger.info("  downloaded %s: %s in %.1fs", name, size_text(size), seconds)

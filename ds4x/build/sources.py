@@ -32,7 +32,7 @@ from ds4x.build import gitops
 from ds4x.build.pins import Artifact, Target
 from ds4x.digest import BLOCK, sha256_file
 from ds4x.errors import Ds4xError, InputError
-from ds4x.log import logger, progress, step
+from ds4x.log import downloaded, logger, progress, step
 from ds4x.scratch import atomic_dir, atomic_write
 
 T = TypeVar("T")
@@ -291,12 +291,14 @@ def _attempt(url: str, out: IO[bytes], label: str) -> str:
     out.seek(0)
     out.truncate()
     digest = hashlib.sha256()
+    start = time.monotonic()
     with (urllib.request.urlopen(url, timeout=120) as response,
           progress(int(response.headers.get("Content-Length") or 0) or None, label) as bar):
         for block in iter(lambda: response.read(BLOCK), b""):
             out.write(block)
             digest.update(block)
             bar.update(len(block))
+    downloaded(label, out.tell(), time.monotonic() - start)  # a log's line, where no bar showed
     return digest.hexdigest()
 
 
