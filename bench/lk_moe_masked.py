@@ -29,7 +29,7 @@ engine's graphs; cpu_prefill on host buffers otherwise (measure's CPU path: with
 cpu_decode returns at once and computes nothing). Each masking form first runs once on a small
 layer in a process of its own: one that crashes is left out of the timing and the exit status is 1.
 
-Usage, from the repo root, in a Python 3.12 with lk-moe 2.3.3 and numpy (ds4x/deploy/lkvenv.py makes one in
+Usage, from the repo root, in a Python 3.12 with lk-moe and numpy (ds4x/deploy/lkvenv.py makes one in
 the ds4x cache; torch with CUDA for the cpu_decode path):
     python -m bench.lk_moe_masked [--trials 20] [--threads 1] [--format mxfp4|bf16]
 """

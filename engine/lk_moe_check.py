@@ -1,4 +1,4 @@
-"""lk_moe 2.3.3 MOE_BF16 against a plain reference of the same routed-MoE layer.
+"""lk_moe MOE_BF16 against a plain reference of the same routed-MoE layer.
 
 cpu: `cpu_prefill` on host buffers, reference in float32 numpy from the same
 bf16 values (the GPU-resident path's math: silu(x Wg) * (x Wu), then W2, summed

@@ -41,5 +41,5 @@ rm -rf .fork trees/fork-gpu && mkdir -p .fork .whl2
 $PY build.py apply --target lvllmds4-x --dir trees/fork-gpu -q
 tar czf .fork/vllm.tgz -C trees/fork-gpu vllm vllm_ds4x
 tar czf .fork/csrc.tgz -C trees/fork-gpu csrc  # build_ops.py: the ops DeepSeek-V4's portable path still calls
-download .whl2 $COMMON fastapi==0.165.0 llguidance==1.9.1 xgrammar==0.2.9 openai-harmony==0.0.8 lk-moe==2.3.3
+download .whl2 $COMMON fastapi==0.165.0 llguidance==1.9.1 xgrammar==0.2.9 openai-harmony==0.0.8 lk-moe==2.7.4
 du -shc .fork .whl2

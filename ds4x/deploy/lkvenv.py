@@ -11,9 +11,10 @@ from pathlib import Path
 
 from ds4x.errors import Ds4xError
 
-LK_MOE_PACKAGES = ["lk-moe==2.3.3", "numpy", "ml_dtypes"]
+LK_MOE = "lk-moe==2.7.4"  # the fork target's (patches/lvllmds4-x: requirements/cuda.txt)
+LK_MOE_PACKAGES = [LK_MOE, "numpy", "ml_dtypes"]
 HOW = ("install CPython 3.12 (e.g. pyenv install 3.12), or give --python with lk-moe installed: "
-       "python3.12 -m venv V && V/bin/pip install lk-moe==2.3.3 numpy")
+       f"python3.12 -m venv V && V/bin/pip install {LK_MOE} numpy")
 
 
 def python312() -> tuple[list[str], dict[str, str]] | None:
@@ -33,7 +34,7 @@ def python312() -> tuple[list[str], dict[str, str]] | None:
 def ensure(cache: Path) -> Path | None:
     """The cached venv's python, made (or remade) when it cannot import lk_moe;
     None when no CPython 3.12 is to be found."""
-    venv = cache / "venvs" / "lk-moe-2.3.3"
+    venv = cache / "venvs" / LK_MOE.replace("==", "-")
     python = venv / "bin" / "python"
     if python.exists() and subprocess.run([python, "-c", "import lk_moe"], capture_output=True).returncode == 0:
         return python

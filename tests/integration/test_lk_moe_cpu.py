@@ -1,4 +1,4 @@
-"""lk_moe 2.3.3 `cpu_prefill` on a tiny random BF16 MoE layer equals a plain
+"""lk_moe `cpu_prefill` on a tiny random BF16 MoE layer equals a plain
 reference of the same layer (the GPU-resident path's math), on CPU.
 
 lk_moe ships cp312 wheels only: the check runs in a Python 3.12 venv kept in

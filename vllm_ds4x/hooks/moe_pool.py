@@ -61,6 +61,9 @@ def attach(experts: Any, is_draft: bool) -> None:
             raise RuntimeError(f"LK_POOL_SLOTS={s.slots}: lk_moe did not start for {experts.layer_name} "
                                "(the log above says why); unset LK_POOL_SLOTS to run without the pool")
         return
+    if not getattr(experts.lk_moe_config, "pool_slots", 0):  # configure() runs for MXFP4 and NVFP4 layers only
+        raise RuntimeError(f"LK_POOL_SLOTS={s.slots}: the pool's GPU half runs MXFP4 and NVFP4 experts, and "
+                           f"{experts.layer_name}'s are neither; set LK_POOL_SLOTS=0 for this model")
     info = experts.lk_moe.pool_layer_info()
     if not info or not info.get("gpu_view_ok") or not info.get("snapshot_addr"):
         raise RuntimeError(f"LK_POOL_SLOTS={s.slots}: lk_moe registered no pool for {experts.layer_name} "
@@ -139,8 +142,8 @@ class DecodeHalf:
     def __init__(self, info: dict[str, Any], cfg: Any) -> None:
         caps = info.get("kernel_caps") or {}
         if caps.get("format") not in ("mxfp4", "nvfp4"):
-            raise RuntimeError(f"LK_POOL_SLOTS: the pool's GPU half runs MXFP4 and NVFP4 experts, not {caps.get('format')!r}; "
-                               "set LK_POOL_SLOTS=0 for this model")
+            raise RuntimeError(f"LK_POOL_SLOTS: lk_moe's pool reports {caps.get('format')!r} experts; the GPU half "
+                               "runs MXFP4 and NVFP4; set LK_POOL_SLOTS=0 for this model")
         self.hidden, self.inter = int(cfg.hidden_size), int(cfg.intermediate_size)
         self.max_rows = min(POOL_ROWS, int(cfg.max_num_seqs))  # the most rows a step gives the GPU half
         self.top_k, self.has_gate = int(cfg.top_k), bool(cfg.has_gate_proj)
