@@ -1,12 +1,16 @@
-"""`build.py plan --measure` end to end on CPU: lk_moe's MXFP4 engine (Python 3.12
-venv, the lk_python fixture) over a small layer through cpu_prefill, the thread
-sweep at 1 and 2 threads, the curve, the predictions, and a profile the adaptive
-policy starts from; refusals before anything is allocated."""
+"""`build.py plan --measure` end to end: the thread sweep at 1 and 2 threads, the curve, the
+predictions, a profile the adaptive policy starts from, refusals before anything is allocated.
+
+What measure does with a curve is checked on a deterministic stand-in worker
+(tests/measure_stand_in.py, given as --python), so that no test asserts a wall-clock timing: a busy
+machine's clock is the benchmarks' business. lk_moe's own MXFP4 engine (the Python 3.12 venv that
+plan --measure keeps) runs once, and is held only to the shape of what it writes."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +18,12 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.network, pytest.mark.slow]
+from tests.measure_stand_in import SPEED, ms, stand_in
+
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = {"num_hidden_layers": 4, "hidden_size": 512, "moe_intermediate_size": 256, "n_routed_experts": 16,
-         "num_experts_per_tok": 2, "vocab_size": 1000, "num_attention_heads": 4, "head_dim": 64,
+EXPERTS, TOP_K = 16, 2
+SMALL = {"num_hidden_layers": 4, "hidden_size": 512, "moe_intermediate_size": 256, "n_routed_experts": EXPERTS,
+         "num_experts_per_tok": TOP_K, "vocab_size": 1000, "num_attention_heads": 4, "head_dim": 64,
          "expert_dtype": "fp4"}
 
 
@@ -26,7 +32,7 @@ def plan(*args: object, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=600)
 
 
-ANY_NOISE = ("--noise-bound", "10000")  # a shared 2-core machine's noise is not what these tests check: test_measure_noise
+ANY_NOISE = ("--noise-bound", "10000")  # lk_moe's real run: a busy machine's noise is test_measure_noise's business
 
 
 def config(tmp_path: Path, **changes: object) -> Path:
@@ -36,38 +42,40 @@ def config(tmp_path: Path, **changes: object) -> Path:
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory, lk_python: Path) -> tuple[str, dict[str, Any]]:
+def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("measure")
-    done = plan("--config", config(tmp), "--python", lk_python, "--threads", 1, 2, "--budget", 10, *ANY_NOISE,
+    done = plan("--config", config(tmp), "--python", stand_in(tmp), "--threads", 1, 2, "--budget", 10,
                 "--profile-out", tmp / "profile.json", "--overlap", "ubatch", cwd=tmp)
     assert done.returncode == 0, done.stderr
     return done.stdout, json.loads((tmp / "profile.json").read_text())
 
 
-def test_curve_grows_with_tokens_and_the_sweep_ran_both_thread_counts(measured: tuple[str, dict[str, Any]]) -> None:
+def test_the_sweep_ran_both_thread_counts_and_kept_the_faster(measured: tuple[str, dict[str, Any]]) -> None:
     out, profile = measured
     runs = profile["measured"]["runs"]
     assert [run["threads"] for run in runs] == [1, 2]
     for run in runs:
-        assert run["path"] == "cpu_prefill"  # no GPU here
+        assert run["path"] == "cpu_prefill"
         assert [case["tokens"] for case in run["cases"]] == [1, 2, 3, 4, 6]  # 1..K+1 a request, 1 and 2 requests
-        distinct = [case["distinct"] for case in run["cases"]]
-        assert distinct[0] == 2 and distinct[0] < distinct[1] < distinct[2] <= 6  # top-2, fresh routing
-    best = min(runs, key=lambda run: run["cases"][0]["ms"])
-    assert profile["measured"]["lk_threads"] == best["threads"]
-    ms = [case["ms"] for case in best["cases"]]
-    # cost follows distinct experts: 1..3 tokens (one request) rise; 4 and 6 (two requests) cost more than 1
-    assert ms[2] > ms[0] and all(b >= 0.9 * a for a, b in itertools.pairwise(ms[:3])) and min(ms[3:]) > ms[0]
-    slow = [run for run in runs if run["cases"][0]["ms"] > 1.5 * best["cases"][0]["ms"]]
-    for run in slow:  # every jump is named with its numbers
-        assert f"warning: LK_THREADS={run['threads']}:" in out
-    assert ("warning:" in out) == bool(slow)
-    assert "curve at LK_THREADS" in out and "ms/step" in out
+        assert [case["ms"] for case in run["cases"]] == [ms(EXPERTS, TOP_K, t, run["threads"]) for t in (1, 2, 3, 4, 6)]
+    assert profile["measured"]["lk_threads"] == min(SPEED, key=SPEED.__getitem__) == 2
+    assert "warning:" not in out  # no thread count 1.5x the best
+    assert "curve at LK_THREADS=2" in out and "ms/step" in out
     for policy in ("fixed 0", "fixed 1", "fixed 2", "phase 1/2", "phase 0/2", "adaptive"):
         assert policy in profile["measured"]["predicted_tok_s"] and f"\n{policy} " in out
     # plan's default --max-num-seqs 2: a prediction for the batch of two as well
     assert set(profile["measured"]["predicted_tok_s_by_requests"]) == {"1", "2"}
     assert "predicted, 2 running request(s)" in out
+    seconds = profile["measured"]["step_seconds"]
+    assert seconds == sorted(seconds) and all(a < b for a, b in itertools.pairwise(seconds))  # verifying more costs more
+
+
+def test_a_slow_thread_count_is_named_with_its_numbers(tmp_path: Path) -> None:
+    done = plan("--config", config(tmp_path), "--python", stand_in(tmp_path, {2: 0.5}), "--threads", 1, 2, "--budget", 2,
+                "--profile-out", tmp_path / "p.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "warning: LK_THREADS=1:" in done.stdout  # twice the best's ms at 1 token
+    assert json.loads((tmp_path / "p.json").read_text())["measured"]["lk_threads"] == 2
 
 
 def test_profile_is_what_the_adaptive_policy_starts_from(measured: tuple[str, dict[str, Any]]) -> None:
@@ -86,7 +94,9 @@ def test_overlap_is_predicted_at_max_num_seqs_against_measures_own_prediction(
     """--overlap ubatch: the steps per depth, then every policy off / overlap / ratio at 2
     requests; the off column is measure's own prediction for the batch of two."""
     out, profile = measured
-    report = out.split("predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), 2 running requests")[1]
+    heading = "predicted with CPU-GPU overlap (two micro-batches, depth_sim.step_ms), 2 running requests"
+    assert heading in out, out[-3000:]
+    report = out.partition(heading)[2]
     assert "depth 0: CPU experts" in report and "depth 2: CPU experts" in report and "bound: full x" in report
     off = profile["measured"]["predicted_tok_s_by_requests"]["2"]
     rows = {line[:10].strip(): line[10:].split() for line in report.splitlines() if line[:10].strip() in off}
@@ -127,9 +137,9 @@ def test_bench_simulator_reads_the_profile(measured: tuple[str, dict[str, Any]],
          "while lk_moe copies it in"),
     ],
 )
-def test_refused_before_measuring(tmp_path: Path, lk_python: Path, args: list[str], changes: dict[str, Any], code: int,
+def test_refused_before_measuring(tmp_path: Path, args: list[str], changes: dict[str, Any], code: int,
                                   message: str) -> None:
-    done = plan("--config", config(tmp_path, **changes), "--python", lk_python, *args, cwd=tmp_path)
+    done = plan("--config", config(tmp_path, **changes), "--python", stand_in(tmp_path), *args, cwd=tmp_path)
     assert (done.returncode, done.stdout) == (code, ""), done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
 
@@ -140,10 +150,22 @@ def test_a_python_without_lk_moe_is_named(tmp_path: Path) -> None:
     assert f"--python {sys.executable} cannot import lk_moe and numpy" in done.stderr
 
 
-def test_measure_without_python_uses_the_cached_lk_moe_venv(lk_python: Path, tmp_path: Path) -> None:
-    """This Python has no lk_moe: plan --measure takes the venv ds4x keeps for it."""
-    done = plan("--config", config(tmp_path), "--threads", 1, "--budget", 2, *ANY_NOISE, "--profile-out", tmp_path / "p.json",
-                cwd=tmp_path)
+@pytest.mark.network
+@pytest.mark.slow
+def test_measure_without_python_runs_lk_moe_in_its_cached_venv(lk_python: Path, tmp_path: Path) -> None:
+    """This Python has no lk_moe: plan --measure takes the venv ds4x keeps for it, and lk_moe's own
+    engine times the layer. Held to what it writes, never to how fast: every case of every token
+    count timed, each a finite time above 0, and a profile the adaptive policy reads."""
+    done = plan("--config", config(tmp_path), "--threads", 1, "--budget", 2, *ANY_NOISE, "--profile-out",
+                tmp_path / "p.json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "using (or making) its venv in the ds4x cache" in done.stderr
-    assert json.loads((tmp_path / "p.json").read_text())["measured"]["runs"]
+    measured = json.loads((tmp_path / "p.json").read_text())["measured"]
+    [run] = measured["runs"]
+    assert run["threads"] == measured["lk_threads"] == 1 and run["path"] == "cpu_prefill"  # no GPU here
+    assert [case["tokens"] for case in run["cases"]] == [1, 2, 3, 4, 6]
+    for case in run["cases"]:
+        assert all(math.isfinite(v) and v > 0 for v in (case["ms"], *case["repeats"])), case
+        assert 1 <= case["distinct"] <= EXPERTS
+    assert all(math.isfinite(s) and s > 0 for s in measured["step_seconds"])
+    assert math.isfinite(run["ram_gbs"]) and run["ram_gbs"] > 0
