@@ -3,11 +3,18 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from engine.locality import Router, measured
 from vllm_ds4x.moe.placement import PlacementError
+from tests.doc_figures import assert_quotes, row
 from vllm_ds4x.moe.pool import SLOTS_ENV, WINDOW_ENV, PoolSettings, check_layer, pool_bytes, pool_settings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 EXPERT_BYTES = 13_369_344  # one DeepSeek-V4-Flash MXFP4 expert: 3 x 4096 x 2048 / 2 codes + 1/32 scales
 
@@ -67,3 +74,32 @@ def test_a_router_out_of_range_is_refused() -> None:
         Router(6, 7)
     with pytest.raises(ValueError, match="reuse 1.5"):
         Router(256, 6, reuse=1.5)
+
+
+POOL_RUN = ROOT / "bench/results/h100-pool-decode"
+ROUTING = {"random": "random", "reuse 0.38": "r0.38", "reuse 0.6": "r0.6"}
+
+
+def pool_run(slots: int) -> dict[str, dict[str, Any]]:
+    data = json.loads((POOL_RUN / f"pool-{slots}.json").read_text())
+    assert data["slots"] == slots and not any(data["checks"].values())  # a run whose checks failed quotes nothing
+    return {r["locality"]: r for r in data["runs"]}
+
+
+@pytest.mark.parametrize("routing", ROUTING)
+def test_the_pool_docs_quote_the_run(routing: str) -> None:
+    run = pool_run(12)[ROUTING[routing]]
+    measured = [run["hit_rate"], *(run["ratio"][d] for d in ("0", "1", "2"))]
+    assert_quotes(" ".join(row(ROOT / "docs/expert-pool.md", "12", routing)[2:]), measured)
+    for slots in (12, 32):
+        got = pool_run(slots)[ROUTING[routing]]
+        cells = row(POOL_RUN / "README.md", str(slots), ROUTING[routing])
+        assert_quotes(" ".join(cells[2:]), [got["router"]["reuse"], got["hit_rate"],
+                                              *(got["ratio"][d] for d in ("0", "1", "2"))])
+
+
+def test_the_predicted_speed_up_follows_from_the_ratio() -> None:
+    """1 / (1 - 0.575 (1 - r)): the CPU experts' share of a step, shrunk by the layer call's ratio."""
+    for hit, ratio in ((0.05, 1.00), (0.18, 0.975), (0.26, 0.882)):
+        cells = row(ROOT / "docs/expert-pool.md", f"{hit:.2f}", column="decode speed-up")
+        assert_quotes(" ".join(cells), [hit, ratio, 1 / (1 - 0.575 * (1 - ratio))])
