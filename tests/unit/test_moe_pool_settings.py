@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from engine.locality import Router, measured
-from vllm_ds4x.moe.placement import PlacementError
 from tests.doc_figures import assert_quotes, row
+from vllm_ds4x.moe.placement import PlacementError
 from vllm_ds4x.moe.pool import SLOTS_ENV, WINDOW_ENV, PoolSettings, check_layer, pool_bytes, pool_settings
 
 ROOT = Path(__file__).resolve().parents[2]
