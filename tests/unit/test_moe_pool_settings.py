@@ -11,8 +11,17 @@ import pytest
 
 from engine.locality import Router, measured
 from tests.doc_figures import assert_quotes, row
+from vllm_ds4x.moe import placement as mp
 from vllm_ds4x.moe.placement import PlacementError
-from vllm_ds4x.moe.pool import SLOTS_ENV, WINDOW_ENV, PoolSettings, check_layer, pool_bytes, pool_settings
+from vllm_ds4x.moe.pool import (
+    SLOTS_ENV,
+    WINDOW_ENV,
+    PoolSettings,
+    budget_pool_bytes,
+    check_layer,
+    pool_bytes,
+    pool_settings,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -103,3 +112,17 @@ def test_the_predicted_speed_up_follows_from_the_ratio() -> None:
     for hit, ratio in ((0.05, 1.00), (0.18, 0.975), (0.26, 0.882)):
         cells = row(ROOT / "docs/expert-pool.md", f"{hit:.2f}", column="decode speed-up")
         assert_quotes(" ".join(cells), [hit, ratio, 1 / (1 - 0.575 * (1 - ratio))])
+
+
+def test_the_pool_comes_out_of_the_resident_layers_budget() -> None:
+    """12 slots on DeepSeek-V4-Flash's 43 MoE layers take 6.42 GiB, about two whole layers (6.38)."""
+    shape = mp.model_shape(json.loads((ROOT / "examples/deepseek-v4-flash/config.json").read_text()))
+    pool = budget_pool_bytes(PoolSettings(slots=12), shape, tp_size=1)
+    assert pool == 12 * 43 * EXPERT_BYTES and shape.expert_bytes == EXPERT_BYTES
+    assert budget_pool_bytes(PoolSettings(slots=12), shape, tp_size=2) == pool // 2
+    options: dict[str, Any] = {"gpu_bytes": 32 * mp.GIB, "gpu_memory_utilization": 0.92, "max_model_len": 65536,
+                               "kv_dtype": "fp8_ds_mla"}
+    without, with_pool = mp.budget(shape, **options), mp.budget(shape, **options, pool_bytes=pool)
+    assert without.for_resident_layers - with_pool.for_resident_layers == pool
+    fits = [mp.choose_auto(shape, b.for_resident_layers, 1, 1, None).layers for b in (without, with_pool)]
+    assert len(fits[0]) - len(fits[1]) in (2, 3)  # what the pool takes, the resident layers give up

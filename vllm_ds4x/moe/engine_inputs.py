@@ -13,6 +13,7 @@ import os
 from vllm_ds4x import bounded
 from vllm_ds4x.config_views import VllmConfigView
 from vllm_ds4x.moe import placement as mp
+from vllm_ds4x.moe.pool import budget_pool_bytes, pool_settings
 
 
 def draft_layers(vllm_config: VllmConfigView) -> int:
@@ -63,6 +64,7 @@ def engine_budget(vllm_config: VllmConfigView, gpu_bytes: int,
         tp_size=parallel.tensor_parallel_size,
         pp_size=parallel.pipeline_parallel_size,
         draft_resident=draft_resident,
+        pool_bytes=budget_pool_bytes(pool_settings(os.environ), shape, parallel.tensor_parallel_size),
     )
 
 

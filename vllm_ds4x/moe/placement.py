@@ -335,10 +335,11 @@ class Budget:
     kv_cache: int
     reserve: int
     draft_layers: int
+    pool: int = 0  # lk_moe's expert pool (vllm_ds4x.moe.pool), when LK_POOL_SLOTS asks for one
 
     @property
     def for_resident_layers(self) -> int:
-        return self.usable - self.non_expert - self.kv_cache - self.reserve - self.draft_layers
+        return self.usable - self.non_expert - self.kv_cache - self.reserve - self.draft_layers - self.pool
 
 
 def budget(
@@ -352,6 +353,7 @@ def budget(
     pp_size: int = 1,
     reserve_bytes: int = int(1.5 * GIB),
     draft_resident: bool = True,
+    pool_bytes: int = 0,
 ) -> Budget:
     """Weights and KV are split across TP ranks and PP stages; layers per GPU are a
     layer's bytes / tp. The KV pool holds max_model_len tokens once, as vLLM sizes it:
@@ -365,6 +367,7 @@ def budget(
         kv_cache=kv // split,
         reserve=reserve_bytes,
         draft_layers=drafts,
+        pool=pool_bytes,
     )
 
 

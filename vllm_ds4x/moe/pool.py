@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vllm_ds4x.moe.placement import PlacementError, parse_flag, parse_positive_int
+from vllm_ds4x.moe.placement import ModelShape, PlacementError, parse_flag, parse_positive_int
 
 SLOTS_ENV = "LK_POOL_SLOTS"  # expert slots per pooled layer; 0 or unset: no pool
 WINDOW_ENV = "LK_POOL_WINDOW"  # the pump's reuse window, in decode steps
@@ -67,3 +67,9 @@ def check_layer(settings: PoolSettings, experts: int, top_k: int) -> None:
 def pool_bytes(settings: PoolSettings, pooled_layers: int, expert_bytes: int) -> int:
     """The slots' VRAM: one expert's weights and scales per slot per pooled layer."""
     return settings.slots * pooled_layers * expert_bytes
+
+
+def budget_pool_bytes(settings: PoolSettings, shape: ModelShape, tp_size: int) -> int:
+    """What the pool takes from the resident layers' budget, per GPU: slots on every MoE layer (the
+    resident ones, chosen from what is left, never pool: an upper bound by their share)."""
+    return pool_bytes(settings, len(shape.moe_layers), shape.expert_bytes) // tp_size
