@@ -22,6 +22,7 @@ import pytest
 
 from ds4x.build import pins, sources
 from ds4x.cli import main
+from tests.integration import progress
 from tests.integration.test_vllm_own_tests import assert_none_only_unpatched, run_trees
 
 FORK_URL = "https://github.com/guqiong96/Lvllmds4-x"
@@ -108,10 +109,10 @@ def fork_site(tmp_path_factory: pytest.TempPathFactory, repo_pins: pins.Pins) ->
 
 @pytest.fixture(scope="module")
 def runs(own_tests_python: Path, fork_trees: dict[str, Path], fork_site: Path,
-         tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+         tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> dict[str, Any]:
     """Both trees at once: {tree: {imported, outcomes, log}}."""
-    return run_trees(own_tests_python, fork_trees, fork_site, "fork-tests", tmp_path_factory, probe=PROBE,
-                     test_files=TEST_FILES)
+    return run_trees(own_tests_python, fork_trees, fork_site, "fork-tests", tmp_path_factory,
+                     progress.reporter(pytestconfig), probe=PROBE, test_files=TEST_FILES)
 
 
 def test_each_run_imports_its_tree_on_the_cpu_platform(runs: dict[str, Any], fork_trees: dict[str, Path]) -> None:

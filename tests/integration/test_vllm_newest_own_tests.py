@@ -27,6 +27,7 @@ import pytest
 
 from ds4x.build import pins, sources
 from ds4x.cli import main
+from tests.integration import progress
 from tests.integration.conftest import ROOT, engine_json
 from tests.integration.test_vllm_own_tests import TEST_FILES, assert_none_only_unpatched, run_trees
 
@@ -114,10 +115,10 @@ def newest_packages(own_tests_python: Path, tmp_path_factory: pytest.TempPathFac
 
 @pytest.fixture(scope="module")
 def runs(own_tests_python: Path, newest_trees: dict[str, Path], newest_packages: Path,
-         tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+         tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> dict[str, Any]:
     """Both trees at once: {tree: {imported, outcomes, log}}."""
     return run_trees(own_tests_python, newest_trees, newest_packages, "vllm-newest-tests", tmp_path_factory,
-                     probe=PROBE, test_files=NEWEST_TEST_FILES, PYTEST_ADDOPTS="-p ds4x_triton_gate")
+                     progress.reporter(pytestconfig), probe=PROBE, test_files=NEWEST_TEST_FILES, PYTEST_ADDOPTS="-p ds4x_triton_gate")
 
 
 def test_each_run_imports_its_tree_on_cpu_kernels(runs: dict[str, Any], newest_trees: dict[str, Path],

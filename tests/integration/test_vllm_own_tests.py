@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from ds4x.build import pins, sources
+from tests.integration import progress
 from tests.integration.conftest import CPU_ENGINE
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
@@ -162,36 +163,40 @@ def start(python: Path, root: Path, work: Path, pythonpath: Path | str | None, *
 
 @pytest.fixture(scope="module")
 def runs(own_tests_python: Path, sdist_tests: Path, unpatched_site: Path, vllm_wheel: Path,
-         tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+         tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config) -> dict[str, Any]:
     """Both trees at once (one core each on a 2-core machine): {tree: {imported, outcomes, log}}."""
     started = {}
     for tree, pythonpath in (("unpatched", unpatched_site), ("patched", None)):
         work = tmp_path_factory.mktemp(f"vllm-tests-{tree}")
         started[tree] = (work, *start(own_tests_python, sdist_tests, work, pythonpath))
-    result = finished(started, "vLLM's tests")
+    result = finished(started, "vLLM's tests", progress.reporter(pytestconfig))
     result["patched"]["wheel"] = vllm_wheel.name
     return result
 
 
 def run_trees(python: Path, trees: dict[str, Path], path_after: Path, name: str,
-              tmp_path_factory: pytest.TempPathFactory, **start_args: Any) -> dict[str, Any]:
+              tmp_path_factory: pytest.TempPathFactory, say: progress.Say = progress.silent,
+              **start_args: Any) -> dict[str, Any]:
     """Each tree's tests at once (one core each on a 2-core machine), the tree first on PYTHONPATH
-    and `path_after` behind it, `start_args` passed to start: {tree: {imported, outcomes, log}}."""
+    and `path_after` behind it, `start_args` passed to start, progress `say`ed: {tree: {imported,
+    outcomes, log}}."""
     started = {}
     for tree, root in trees.items():
         work = tmp_path_factory.mktemp(f"{name}-{tree}")
         started[tree] = (work, *start(python, root, work, f"{root}{os.pathsep}{path_after}",
                                        TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"), **start_args))
-    return finished(started, name)
+    return finished(started, name, say)
 
 
 def finished(started: dict[str, tuple[Path, subprocess.Popen[bytes], dict[str, Any]]],
-             what: str) -> dict[str, Any]:
-    """Wait for each tree's pytest (started by `start`): {tree: {imported, outcomes, log}}."""
+             what: str, say: progress.Say = progress.silent) -> dict[str, Any]:
+    """Wait for each tree's pytest (started by `start`), `say`ing how far each has got meanwhile:
+    {tree: {imported, outcomes, log}}."""
     result = {}
+    logs = {tree: work / "log" for tree, (work, _, _) in started.items()}
     for tree, (work, process, imported) in started.items():
         try:
-            code = process.wait(timeout=1800)
+            code = progress.wait(process, 1800, what, logs, say)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
