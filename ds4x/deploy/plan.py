@@ -117,7 +117,7 @@ def _check_launch_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --check-launch: check LK_THREADS for a machine of N cores (default: this machine's)")
     p.add_argument("--profile", type=inputs.existing_file, metavar="FILE",
                    help="with --check-launch: advise the draft depth from this plan --measure profile "
-                        "(default: the committed H200 measurements)")
+                        "(default: the committed runs that bench/results/advice.toml lists)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
