@@ -4,6 +4,7 @@ options against the plan and this machine."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -25,7 +26,7 @@ from vllm_ds4x.depth import config as depth_config
 from vllm_ds4x.depth import policy as draft_depth
 from vllm_ds4x.depth.named_policies import named_policies
 from vllm_ds4x.measure import analysis
-from vllm_ds4x.moe import engine_inputs, overlap_plan
+from vllm_ds4x.moe import engine_inputs, overlap_plan, pool
 from vllm_ds4x.moe import placement as mp
 
 Compute = Callable[[PlanRequest], Plan]
@@ -230,6 +231,9 @@ def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Fi
             except bounded.BoundError as e:
                 errors.append(f"{option} {e}")
                 return None
+    if pool.SLOTS_ENV in launch.env:  # the pool's VRAM comes out of the resident layers' (refused values: _check_engine_env)
+        with contextlib.suppress(mp.PlacementError):
+            changes["pool_slots"] = pool.pool_settings({pool.SLOTS_ENV: launch.env[pool.SLOTS_ENV]}).slots
     args = replace(args, **changes)  # type: ignore[arg-type]  # each field's own type, by the table above
     result = compute(args)
     budget = result.budget
@@ -266,6 +270,7 @@ _ENGINE_ENV: dict[str, Callable[[str], object]] = {
     mp.PREFILL_MIN_ENV: lambda value: mp.parse_positive_int(value, mp.PREFILL_MIN_ENV, 0),
     overlap_plan.ENV: overlap_plan.parse_level,
     overlap_plan.TOKENS_ENV: overlap_plan.parse_tokens,
+    **{name: pool.setting_parser(name) for name in pool.NAMES},
 }
 """the script's variables the fork parses at start-up, each with the fork's own parser"""
 

@@ -30,6 +30,7 @@ from vllm_ds4x.measure import analysis
 from vllm_ds4x.measure import cli as measure_cli
 from vllm_ds4x.measure import request as measure
 from vllm_ds4x.moe import placement as mp
+from vllm_ds4x.moe import pool
 
 EXAMPLE = HOME.examples / EXAMPLE_CONFIG
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)", re.I)
@@ -97,6 +98,14 @@ def milliseconds(text: str) -> float:
     return value
 
 
+def pool_slots(text: str) -> int:
+    """--pool-slots, checked as the engine checks LK_POOL_SLOTS."""
+    try:
+        return pool.pool_settings({pool.SLOTS_ENV: text}).slots
+    except mp.PlacementError as e:
+        raise argparse.ArgumentTypeError(str(e).replace(f"{pool.SLOTS_ENV}=", "", 1)) from None
+
+
 def png(text: str) -> Path:
     """A PNG path whose folder exists and can be written."""
     if Path(text).suffix.lower() != ".png":
@@ -142,6 +151,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="bytes/s, in --gpu-mem's units (default: 89.6GB, DDR5-5600 x2)")
     p.add_argument("--verify-tokens", type=bounded.count(1, most_k + 1), help="tokens per request and decode step (default: 1 + K, -k below)")
     p.add_argument("--routing-stats", type=Path, help='JSON {"<layer>": [count per expert, ...]} to rank layers')
+    p.add_argument("--pool-slots", type=pool_slots, default=0, metavar="N",
+                   help="lk_moe's GPU expert pool: slots per MoE layer, LK_POOL_SLOTS (docs/expert-pool.md; "
+                        "default: 0, no pool)")
     p.add_argument("--plot", type=png, help="write a PNG of the decode ceiling against resident layers")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--launch", type=inputs.output_file, metavar="FILE",
@@ -190,10 +202,13 @@ def compute(args: PlanRequest) -> Plan:
     config = _load_json(args.config, "--config")
     try:
         shape = mp.model_shape(config, num_draft_layers=args.draft_layers)
+        slots = pool.PoolSettings(slots=args.pool_slots)
+        pool.check_layer(slots, shape.n_routed_experts, shape.top_k, named="--pool-slots ")
         plan = mp.budget(shape, gpu_bytes=args.gpu_mem, gpu_memory_utilization=args.gpu_memory_utilization,
                          max_model_len=args.max_model_len, kv_dtype=args.kv_cache_dtype,
                          tp_size=args.tp, pp_size=args.pp,
-                         reserve_bytes=args.reserve, draft_resident=not args.cpu_draft_layers)
+                         reserve_bytes=args.reserve, draft_resident=not args.cpu_draft_layers,
+                         pool_bytes=pool.budget_pool_bytes(slots, shape, args.tp))
     except (mp.PlacementError, KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         problem = f"missing field {e}" if isinstance(e, KeyError) else str(e)[:200]
         raise InputError(f"{args.config}: {problem}", "check the config.json and the plan options") from None
@@ -231,6 +246,8 @@ def table(args: PlanRequest, result: Plan) -> str:
          f"{plan.kv_cache / gib:.2f} GiB"),
         ("reserve (activations, graphs)", f"{plan.reserve / gib:.2f} GiB"),
         (f"draft layers ({shape.num_draft_layers}, {'CPU' if args.cpu_draft_layers else 'GPU'})", f"{plan.draft_layers / gib:.2f} GiB"),
+        *([(f"expert pool ({args.pool_slots} slots x {len(shape.moe_layers)} layers x "
+            f"{shape.expert_bytes / 2**20:.2f} MiB, at most)", f"{plan.pool / gib:.2f} GiB")] if args.pool_slots else []),
         ("left for resident MoE layers", f"{plan.for_resident_layers / gib:.2f} GiB"),
         (f"MoE layer ({shape.n_routed_experts} experts x {shape.expert_bytes / 2**20:.2f} MiB)", f"{shape.layer_bytes_per_gpu(args.tp) / gib:.2f} GiB per GPU"),
         ("resident layers that fit", f"{fits}: {','.join(map(str, choice.layers)) or 'none'}"),
@@ -368,7 +385,7 @@ def plan_json(request: PlanRequest, result: Plan) -> dict[str, Any]:
     """--json: the budget, the resident layers and the ceilings (null where unbounded)."""
     plan, choice = result.budget, result.choice
     return {"usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
-            "reserve": plan.reserve, "draft_layers": plan.draft_layers,
+            "reserve": plan.reserve, "draft_layers": plan.draft_layers, "pool": plan.pool,
             "for_resident_layers": plan.for_resident_layers, "fits": plan.for_resident_layers >= 0,
             "resident": list(choice.layers), "ceiling_all_cpu": _finite(result.ceiling[0]),
             "ceiling_resident": _finite(result.ceiling[len(choice.layers)]),

@@ -36,6 +36,8 @@ class PlanRequest:
     ram_bandwidth: float
     verify_tokens: int | None
     routing_stats: Path | None
+    pool_slots: int
+    """lk_moe's expert-pool slots per MoE layer (LK_POOL_SLOTS; 0: no pool)"""
     num_speculative_tokens: int
     acceptance: tuple[float, ...]
     """at depth K: reasoning, answer"""

@@ -89,6 +89,8 @@ vllm serve /models/DeepSeek-V4-Flash --max-model-len 1048576 --max-num-seqs 2 \\
     ({"layers": "0,1\nexport LVLLM_MOE_OVERLAP=both"}, "LVLLM_MOE_OVERLAP='both': expected one of off, shared, ubatch"),
     ({"layers": "0,1\nexport LVLLM_MOE_UBATCH_TOKENS=" + "9" * 5000}, "LVLLM_MOE_UBATCH_TOKENS='9999"),
     ({"layers": "0,1\nexport LVLLM_GPU_PREFETCH_WINDOW=-1"}, "LVLLM_GPU_PREFETCH_WINDOW='-1': expected an integer >= 0"),
+    ({"layers": "0,1\nexport LK_POOL_SLOTS=12"}, "LVLLM_GPU_RESIDENT_MOE_LAYERS=0,1: 2 resident layers, only 0 fit"),
+    ({"layers": "0,1\nexport LK_POOL_WINDOW=2"}, "LK_POOL_WINDOW='2': expected an integer >= 8"),
 ])
 def test_check_launch_names_each_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict[str, object],
                                        message: str) -> None:

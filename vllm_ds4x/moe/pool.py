@@ -14,7 +14,7 @@ Pure Python: the tool imports it to plan the VRAM before any engine exists.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from vllm_ds4x.moe.placement import ModelShape, PlacementError, parse_flag, parse_positive_int
@@ -57,10 +57,15 @@ def pool_settings(env: Mapping[str, str]) -> PoolSettings:
     )
 
 
-def check_layer(settings: PoolSettings, experts: int, top_k: int) -> None:
-    """A pool holds at least one token's experts and at most the layer's."""
+def setting_parser(name: str) -> Callable[[str], PoolSettings]:
+    """One LK_POOL_* variable's parser, alone (a script's check reads each variable it sets)."""
+    return lambda value: pool_settings({name: value})
+
+
+def check_layer(settings: PoolSettings, experts: int, top_k: int, named: str = f"{SLOTS_ENV}=") -> None:
+    """A pool holds at least one token's experts and at most the layer's (`named`: how the message names the value)."""
     if settings.on and not top_k <= settings.slots <= experts:
-        raise PlacementError(f"{SLOTS_ENV}={settings.slots}: a layer with {experts} experts, top-{top_k}, "
+        raise PlacementError(f"{named}{settings.slots}: a layer with {experts} experts, top-{top_k}, "
                              f"pools {top_k} to {experts} of them; set it in that range, or 0 for no pool")
 
 
