@@ -169,6 +169,15 @@ class DecodeHalf:
             held = DecodeHalf._buffers[name] = torch.empty(max(rows, 64), cols, dtype=dtype, device="cuda")
         return held[:rows]
 
+    def _views(self, rows: int) -> tuple[torch.Tensor, ...]:
+        """The buffers of a step of `rows` rows: slot table, gate-up partials, gate-up, down partials, out."""
+        n = rows * self.top_k
+        return (self._buffer("slots", n, 1, torch.int32),
+                self._buffer("hpart", self.SPLIT_K * n, 2 * self.inter, torch.float32),
+                self._buffer("hbuf", n, 2 * self.inter, torch.float32),
+                self._buffer("part", n, self.hidden, torch.float32),
+                self._buffer("out", rows, self.hidden, torch.float32))
+
     def launch(self, stream: torch.cuda.Stream, hidden: torch.Tensor, ids: torch.Tensor,
                weights: torch.Tensor) -> torch.Tensor:
         """The pooled experts' share of each row, fp32 [rows, hidden], queued on the pool stream after `stream`."""
@@ -181,11 +190,7 @@ class DecodeHalf:
         side = pool_stream()
         side.wait_stream(stream)
         with torch.cuda.stream(side):
-            slots = self._buffer("slots", n, 1, torch.int32)
-            hpart = self._buffer("hpart", self.SPLIT_K * n, 2 * self.inter, torch.float32)
-            hbuf = self._buffer("hbuf", n, 2 * self.inter, torch.float32)
-            part = self._buffer("part", n, self.hidden, torch.float32)
-            out = self._buffer("out", rows, self.hidden, torch.float32)
+            slots, hpart, hbuf, part, out = self._views(rows)
             k.slot_table_fill[(triton.cdiv(n, 1024),)](ids, self.snapshot, slots, n, BLOCK=1024)
             per_k = (self.hidden // 2) // self.SPLIT_K
             iters = 32 if per_k % 32 == 0 else per_k
@@ -215,11 +220,7 @@ class DecodeHalf:
         """Compile the kernels and size the buffers for the most rows now (rows routed nowhere:
         nothing computed), never inside a capture."""
         stream = torch.cuda.current_stream()
-        n = self.max_rows * self.top_k
-        for name, rows, cols, dtype in (("slots", n, 1, torch.int32), ("hpart", self.SPLIT_K * n, 2 * self.inter, torch.float32),
-                                        ("hbuf", n, 2 * self.inter, torch.float32), ("part", n, self.hidden, torch.float32),
-                                        ("out", self.max_rows, self.hidden, torch.float32)):
-            self._buffer(name, rows, cols, dtype)
+        self._views(self.max_rows)
         ids = torch.full((1, self.top_k), -1, dtype=torch.int32, device="cuda")
         weights = torch.zeros(1, self.top_k, dtype=torch.float32, device="cuda")
         hidden = torch.zeros(1, self.hidden, dtype=torch.bfloat16, device="cuda")
