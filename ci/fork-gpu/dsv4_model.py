@@ -22,6 +22,14 @@ and `DraftFilter` sets acceptance.
 DSV4_LAYERS (default 3) gives the target more layers of the same kinds (compressed 4:1 and
 128:1 in turn after layer 0), to bring the CPU experts' share of a step near a real box's.
 
+DSV4_ROUTING (default "random": the gates' random weights, as before): "reuse=R,skew=S" gives each
+routed target layer engine.locality's router instead, seeded by the layer: every token's experts are
+drawn once, walking each cycle in order (so a token repeats each of its predecessor's experts with
+chance R, popularity Zipf S), and the gate's row for an expert is the sum of its tokens' embedding
+directions, so the gate picks them (the MoE input stays near the token's embedding). The hash-routed
+layers stay hash-routed and DSpark's draft layer keeps its random gate. `routing()` gives the table
+and `RouteCheck` counts, in every eager MoE call, the rows whose top-k equals their token's.
+
 DSV4_RESIDENT (default "0,1", the user's LVLLM_GPU_RESIDENT_MOE_LAYERS on the RTX 5090; "none"
 turns it off): the target layers whose routed experts stay on the GPU, in the fork's MXFP4 MoE
 path (Marlin, its kernels compiled by build_ops.py --marlin); dsv4_setup.sh exports it as
@@ -38,9 +46,10 @@ import re
 import sys
 import zlib
 from pathlib import Path
+from typing import ClassVar
 
 import torch
-from e2e_model import END_THINK, THINK, VOCAB, successor
+from e2e_model import CYCLES, END_THINK, THINK, VOCAB, successor
 
 NOISE_TOKEN = VOCAB - 1  # DSpark's parallel-drafting token: outside both cycles
 MARKOV_RANK = 64
@@ -80,6 +89,38 @@ def configs(layers: int) -> tuple[dict, dict]:
     ratios = [0] + [4 if i % 2 else 128 for i in range(1, layers)]
     more = {"num_hidden_layers": layers, "compress_ratios": ratios}
     return {**CONFIG, **more}, {**DRAFT, **more}
+
+
+def routing_knobs(value: str | None) -> dict[str, float] | None:
+    """DSV4_ROUTING -> {"reuse": R, "skew": S}, or None for the gates' random weights."""
+    if value in (None, "", "random"):
+        return None
+    try:
+        knobs = {k.strip(): float(v) for k, v in (part.split("=", 1) for part in value.split(","))}
+    except ValueError:
+        knobs = {}
+    if set(knobs) != {"reuse", "skew"}:
+        raise ValueError(f"DSV4_ROUTING={value!r}: 'random' or 'reuse=R,skew=S' (e.g. reuse=0.38,skew=0.8)")
+    return knobs
+
+
+def routing(layer: int, knobs: dict[str, float]) -> list[list[int]]:
+    """Layer `layer`'s experts for every token: engine.locality's router walking the reasoning cycle,
+    then the answer cycle, then every other token, seeded by the layer."""
+    from engine.locality import Router
+
+    router = Router(CONFIG["n_routed_experts"], CONFIG["num_experts_per_tok"], seed=layer, **knobs)
+    order = [*CYCLES["reasoning"], *CYCLES["answer"]]
+    order += [t for t in range(VOCAB) if t not in set(order)]
+    table: list[list[int]] = [[] for _ in range(VOCAB)]
+    for t in order:
+        table[t] = router.token()
+    return table
+
+
+def routed_layers() -> list[int]:
+    """The target layers the locality router routes (the hash-routed ones keep their tables)."""
+    return list(range(CONFIG["num_hash_layers"], int(os.environ.get("DSV4_LAYERS", LAYERS))))
 
 
 RESIDENT = "0,1"  # DSV4_RESIDENT's default: the user's LVLLM_GPU_RESIDENT_MOE_LAYERS
@@ -197,14 +238,68 @@ def _cycle_heads(params: dict[str, torch.nn.Parameter]) -> None:
         w2.data.copy_(rows.to(w2.dtype))
 
 
+def _embedding() -> torch.Tensor:
+    """The token embedding as _fill makes it (the MoE input's direction), unit rows."""
+    embed = torch.randn((VOCAB, CONFIG["hidden_size"]), generator=_gen("model.embed_tokens.weight"))
+    return embed / embed.norm(dim=1, keepdim=True)
+
+
+def _locality_gate(name: str, param: torch.Tensor, knobs: dict[str, float]) -> None:
+    """Gate row e = the sum of the embedding directions of the tokens routed to e."""
+    layer = int(re.search(r"layers\.([0-9]+)\.", name)[1])
+    rows = torch.zeros(param.shape, dtype=torch.float32)
+    embed = _embedding()
+    for token, experts in enumerate(routing(layer, knobs)):
+        rows[experts] += embed[token]
+    param.copy_(rows.to(param.dtype).to(param.device))
+
+
+class RouteCheck:
+    """Counts, per routed layer, the eager MoE calls' rows whose top-k experts are their token's in
+    `routing` (a forward hook on each DeepseekV4MoE: prefill runs eager, decode graphs run no hook)."""
+
+    rows: ClassVar[dict[int, list[int]]] = {}  # layer -> [rows agreeing, rows seen]
+
+    @classmethod
+    def install(cls, model: torch.nn.Module, knobs: dict[str, float]) -> None:
+        tables = {layer: torch.tensor(routing(layer, knobs)) for layer in routed_layers()}
+        for name, module in model.named_modules():
+            found = re.search(r"layers\.([0-9]+)\.ffn$", name)
+            if found and int(found[1]) in tables and hasattr(module, "gate"):
+                module.register_forward_hook(cls._hook(int(found[1]), tables[int(found[1])]), with_kwargs=True)
+
+    @classmethod
+    def _hook(cls, layer: int, table: torch.Tensor):
+        def check(module, args, kwargs, _output) -> None:
+            hidden, ids = args[0], args[1] if len(args) > 1 else kwargs.get("input_ids")
+            if ids is None or (hidden.is_cuda and torch.cuda.is_current_stream_capturing()):
+                return
+            top = module.gate(hidden)[0].float().topk(table.size(1), dim=-1).indices.sort(dim=-1).values
+            want = table.to(top.device)[ids.long()].sort(dim=-1).values
+            seen = cls.rows.setdefault(layer, [0, 0])
+            seen[0] += int((top == want).all(dim=-1).sum())
+            seen[1] += int(ids.numel())
+        return check
+
+    @classmethod
+    def agreement(cls) -> dict[str, float]:
+        return {str(layer): ok / seen for layer, (ok, seen) in sorted(cls.rows.items()) if seen}
+
+
 def init_weights(model: torch.nn.Module) -> None:
     params = dict(model.named_parameters())
+    knobs = routing_knobs(os.environ.get("DSV4_ROUTING"))
     for name, param in params.items():
         _fill(name, param.data)
+        found = re.search(r"layers\.([0-9]+)\.ffn\.gate\.weight$", name)
+        if knobs and found and int(found[1]) in routed_layers():
+            _locality_gate(name, param.data, knobs)
     for name, buf in model.named_buffers():
         if "tid2eid" in name:
             _fill(name, buf)
     _cycle_heads(params)
+    if knobs and any(n.endswith("embed_tokens.weight") for n in params):  # the target
+        RouteCheck.install(model, knobs)
 
 
 def install_loader() -> None:

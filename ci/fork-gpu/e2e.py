@@ -356,6 +356,7 @@ def main() -> dict:
     ids = count()
     warm_up(llm, log, texts, scheduling, ids)
     counters.reset()
+    pooled = pool_counters()  # the run's pool counts: from here, the warm-up's left out
     for round_ in range(ROUNDS):
         for phase, n, prompt_ids, draw in cell_plan(texts):
             drafts.salt = salt(round_, draw)
@@ -364,8 +365,10 @@ def main() -> dict:
                 if scheduling:
                     scheduling.use(name, config)
                 before = accepted(spec_metrics(llm))
+                pooled = pool_counters()
                 cell = run_cell(llm, log, prompt_ids, ids, budgets=budgets)
                 after = accepted(spec_metrics(llm))
+                cell.update(pool_delta(pooled, pool_counters()))
                 cell.update(round=round_, phase=phase, requests=n, policy=name,
                             draft_tokens=after[0] - before[0], accepted_tokens=after[1] - before[1])
                 if phase == MIXED_PHASE:
@@ -376,7 +379,53 @@ def main() -> dict:
     if os.environ.get("E2E_PROFILE", "1") != "0":
         result["traces"] = profile(llm, log, texts, scheduling, ids)
     chain = {"draft_chain": drafts.chain_agreement()} if DSV4 else {}
+    result.update(pool_delta(pooled, pool_counters()), routing=routing_record(result["cells"]))
     return {**result, **counters.report(managers), "spec_metrics": spec_metrics(llm), **chain}
+
+
+POOL_COUNTS = ("hits", "misses", "pumps", "cover_miss", "cover_dup")  # lk_moe's cumulative pool_stats
+
+
+def pool_counters() -> dict[str, float]:
+    """lk_moe's pool counters now (vllm_ds4x.hooks.moe_pool.stats; empty without a pool)."""
+    from vllm_ds4x.hooks import moe_pool
+
+    return moe_pool.stats()
+
+
+def pool_delta(before: dict[str, float], after: dict[str, float]) -> dict:
+    """{"pool": what the pool counted between two reads, its hit rate from those counts}; {} without one."""
+    if not after:
+        return {"pool": {}}
+    counts = {k: after[k] - before.get(k, 0.0) for k in POOL_COUNTS}
+    looked = counts["hits"] + counts["misses"]
+    return {"pool": {**counts, "hit_rate": counts["hits"] / looked if looked else 0.0,
+                     "device_bytes": after.get("device_bytes", 0.0)}}
+
+
+def routing_record(cells: list[dict]) -> dict:
+    """DSV4_ROUTING's knobs and what its table made of the cells' tokens (each routed layer's reuse
+    and distinct experts over 1, 2 and 3 consecutive tokens, as a step verifying 0, 1, 2 drafts
+    reads them, averaged over the layers), and the eager rows that routed as the table says."""
+    import dsv4_model
+
+    knobs = dsv4_model.routing_knobs(os.environ.get("DSV4_ROUTING")) if DSV4 else None
+    if knobs is None:
+        return {"router": "random"}
+    import numpy as np
+
+    from engine.locality import measured
+
+    per_layer = []
+    for layer in dsv4_model.routed_layers():
+        table = np.array(dsv4_model.routing(layer, knobs), dtype=np.int32)
+        runs = [table[t] for cell in cells if cell["requests"] == 1 for t in cell["tokens"][0]]
+        figures = {"reuse": measured([np.array([r]) for r in runs])["reuse"]}
+        for n in (1, 2, 3):
+            figures[f"distinct_{n}"] = measured([np.stack(runs[i:i + n]) for i in range(0, len(runs) - n + 1, n)])[f"distinct_{n}"]
+        per_layer.append(figures)
+    mean = {k: float(np.mean([f[k] for f in per_layer])) for k in per_layer[0]} if per_layer else {}
+    return {"router": "locality", **knobs, "measured": mean, "gate_agrees": dsv4_model.RouteCheck.agreement()}
 
 
 def print_cell(cell: dict) -> None:
@@ -414,7 +463,31 @@ def record(llm, init_s: float, keep: dict[str, float]) -> dict:
             "uniform_per_request": {"requests": [n for n in REQUESTS if n > 1], "policies": run_twins},
             "adaptive_step_cost": (adaptive_start() or {}).get("step_cost"),
             "adaptive_prior_acceptance": (adaptive_start() or {}).get("prior_acceptance"),
-            **moe_layers(llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers), "cells": []}
+            **(placed := moe_layers(llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers)),
+            "arrangement": arrangement(placed), "cells": []}
+
+
+def arrangement(placed: dict) -> dict:
+    """What the run spends VRAM on for routed experts (E2E_MODES=pool compares these at equal VRAM):
+    its resident target layers' experts and its pool's slots on the target's lk_moe layers."""
+    from vllm_ds4x.hooks import moe_pool
+
+    resident = placed.get("moe_layers", {}).get("resident", [])
+    lk_layers = len(placed.get("moe_layers", {}).get("lk_moe", []))
+    slots = moe_pool.settings().slots
+    expert_bytes = 0
+    if DSV4:
+        from dsv4_model import CONFIG
+
+        from vllm_ds4x.moe.placement import model_shape
+
+        shape = model_shape(CONFIG)
+        expert_bytes = shape.expert_bytes
+        resident_bytes = len(resident) * shape.n_routed_experts * expert_bytes
+    else:
+        resident_bytes = 0
+    return {"tag": TAG, "resident": resident, "pool_slots": slots, "lk_layers": lk_layers,
+            "expert_bytes": expert_bytes, "gpu_expert_bytes": resident_bytes + slots * lk_layers * expert_bytes}
 
 
 def moe_layers(layers: int) -> dict:

@@ -1,0 +1,148 @@
+"""The DeepSeek-V4 stand-in's routing with locality (dsv4_model.py, DSV4_ROUTING) and what e2e.py
+records of it and of lk_moe's pool counters: the parts that run without a GPU. The gate is built
+here as the engine builds it and routed on the token embeddings the MoE input follows."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.scripts import load_script
+
+torch = pytest.importorskip("torch", reason="dsv4_model.py builds its weights with torch")
+HARNESS = Path(__file__).resolve().parents[2] / "ci" / "fork-gpu"
+KNOBS = {"reuse": 0.38, "skew": 0.8}
+
+
+@pytest.fixture
+def M(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(HARNESS))  # dsv4_model imports e2e_model, its sibling
+    monkeypatch.setenv("DSV4_LAYERS", "4")
+    module = load_script("ci/fork-gpu/dsv4_model.py")
+    module.RouteCheck.rows = {}
+    return module
+
+
+def test_routing_knobs_parse_and_refuse(M: ModuleType) -> None:
+    assert M.routing_knobs(None) is None and M.routing_knobs("random") is None
+    assert M.routing_knobs("reuse=0.38, skew=0.8") == KNOBS
+    for bad in ("reuse=0.38", "reuse=x,skew=1", "skew=1,reuse=0.2,extra=3", "zipf"):
+        with pytest.raises(ValueError, match="DSV4_ROUTING"):
+            M.routing_knobs(bad)
+
+
+def test_routed_layers_leave_the_hash_layers_alone(M: ModuleType) -> None:
+    assert M.routed_layers() == [1, 2, 3]  # num_hash_layers 1, DSV4_LAYERS 4
+
+
+def test_a_layers_table_is_seeded_distinct_and_repeats_the_predecessor_at_the_asked_rate(M: ModuleType) -> None:
+    """Walking the reasoning cycle, a token shares about `reuse` of its experts with the one before
+    (the router's own draws can add a few by popularity); each layer its own table, the same each time."""
+    table = M.routing(1, KNOBS)
+    assert table == M.routing(1, KNOBS) and table != M.routing(2, KNOBS)
+    assert all(len(set(row)) == 6 and all(0 <= e < 256 for e in row) for row in table)
+    cycle = M.CYCLES["reasoning"]
+    shared = [len(set(table[a]) & set(table[b])) / 6 for a, b in zip(cycle, cycle[1:], strict=False)]
+    assert 0.38 <= sum(shared) / len(shared) <= 0.5
+    random = M.routing(1, {"reuse": 0.0, "skew": 0.0})
+    shared0 = [len(set(random[a]) & set(random[b])) / 6 for a, b in zip(cycle, cycle[1:], strict=False)]
+    assert sum(shared0) / len(shared0) < 0.06
+
+
+@pytest.mark.parametrize("knobs", [KNOBS, {"reuse": 0.0, "skew": 0.0}])
+def test_the_gate_routes_each_token_embedding_to_its_tables_experts(M: ModuleType, knobs: dict) -> None:
+    """The MoE input near 64 x the token's embedding direction (RMSNorm's scale), bf16 weights, some
+    noise: the gate's top 6 are the table's for every token, by a margin."""
+    gate = torch.zeros(256, 4096)
+    M._locality_gate("model.layers.1.ffn.gate.weight", gate, knobs)
+    gate = gate.bfloat16().float()
+    hidden = M._embedding() * 64 + torch.randn(M.VOCAB, 4096, generator=torch.Generator().manual_seed(0)) * 0.5
+    logits = hidden @ gate.T
+    top = logits.topk(6).indices.sort().values
+    assert torch.equal(top, torch.tensor(M.routing(1, knobs)).sort().values)
+    ranked = logits.sort(descending=True).values
+    assert float((ranked[:, 5] - ranked[:, 6]).min()) > 5.0
+
+
+class _Gate(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(256, 4096))
+
+    def forward(self, x: Any) -> tuple[Any, None]:
+        return x @ self.weight.T, None
+
+
+class _Ffn(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = _Gate()
+
+    def forward(self, hidden: Any, input_ids: Any = None) -> Any:
+        return hidden
+
+
+def _target(layers: int) -> torch.nn.Module:
+    model = torch.nn.Module()
+    model.model = torch.nn.Module()
+    model.model.layers = torch.nn.ModuleList()
+    for _ in range(layers):
+        layer = torch.nn.Module()
+        layer.ffn = _Ffn()
+        model.model.layers.append(layer)
+    return model
+
+
+def test_route_check_counts_the_rows_routed_as_the_table_says(M: ModuleType) -> None:
+    """Layer 1's gate built from the table agrees on every row, passed input_ids either way; layer 2's
+    gate left at zero agrees on none; the hash layer 0 is not checked; a call without ids counts nothing."""
+    model = _target(4)
+    M._locality_gate("model.layers.1.ffn.gate.weight", model.model.layers[1].ffn.gate.weight.data, KNOBS)
+    M.RouteCheck.install(model, KNOBS)
+    ids = torch.arange(M.VOCAB)
+    hidden = M._embedding() * 64
+    model.model.layers[1].ffn(hidden, input_ids=ids)
+    model.model.layers[2].ffn(hidden, ids)
+    model.model.layers[0].ffn(hidden, ids)
+    model.model.layers[3].ffn(hidden)
+    assert M.RouteCheck.agreement() == {"1": 1.0, "2": 0.0}
+
+
+@pytest.fixture
+def E(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.setattr(sys, "argv", ["e2e.py", "spec", "/nonexistent/out", "/nonexistent/models"])
+    monkeypatch.syspath_prepend(str(HARNESS))
+    monkeypatch.setenv("E2E_MODEL", "dsv4")
+    monkeypatch.setenv("DSV4_LAYERS", "4")
+    return load_script("ci/fork-gpu/e2e.py")
+
+
+def test_pool_delta_counts_between_reads_and_nothing_without_a_pool(E: ModuleType) -> None:
+    before = {"hits": 10.0, "misses": 30.0, "pumps": 4.0, "cover_miss": 0.0, "cover_dup": 0.0, "device_bytes": 7.0}
+    after = {**before, "hits": 40.0, "misses": 60.0, "pumps": 9.0}
+    delta = E.pool_delta(before, after)["pool"]
+    assert delta["hits"] == 30 and delta["misses"] == 30 and delta["pumps"] == 5 and delta["hit_rate"] == 0.5
+    assert E.pool_delta({}, {}) == {"pool": {}}
+    with pytest.raises(KeyError):  # a counter lk_moe stopped reporting fails the run, never reads as 0
+        E.pool_delta(before, {k: v for k, v in after.items() if k != "pumps"})
+
+
+def test_routing_record_measures_the_cells_tokens_through_the_table(E: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One request's reasoning tokens, walked in cycle order: the measured reuse is the table's, and
+    three tokens touch more distinct experts than two, two more than one (6)."""
+    import dsv4_model
+
+    monkeypatch.setenv("DSV4_ROUTING", "reuse=0.38,skew=0.8")
+    cells = [{"requests": 1, "tokens": [list(dsv4_model.CYCLES["reasoning"][:64])]},
+             {"requests": 2, "tokens": [[1, 2], [3, 4]]}]  # a two-request cell is not one stream: left out
+    record = E.routing_record(cells)
+    measured = record["measured"]
+    assert record["router"] == "locality" and record["reuse"] == 0.38
+    assert measured["distinct_1"] == 6 and 6 < measured["distinct_2"] < measured["distinct_3"] <= 18
+    assert 0.3 < measured["reuse"] < 0.55
+    monkeypatch.delenv("DSV4_ROUTING")
+    assert E.routing_record(cells) == {"router": "random"}
