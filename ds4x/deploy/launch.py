@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ds4x.checkout import HOME
-from ds4x.deploy import measured_advice, script_reader
+from ds4x.deploy import measured_advice, pool_advice, script_reader
 from ds4x.deploy.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanRequest
 from ds4x.deploy.script_reader import Launch
 from ds4x.errors import InputError
@@ -128,13 +128,21 @@ class Findings:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     fixes: list[script_reader.Fix] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """advice with nothing to change (the script already does it, or it needs an input not given)"""
+
+    def fix(self, fix: script_reader.Fix) -> None:
+        """`fix`, in place of an earlier one of the same setting (the later check knows more)."""
+        self.fixes = [f for f in self.fixes if (f.option, f.key) != (fix.option, fix.key)] + [fix]
 
 
 def check(launch: Launch, args: PlanRequest, compute: Compute,
-          profile: tuple[dict[str, Any], Path] | None = None, cores: int | None = None) -> Findings:
+          profile: tuple[dict[str, Any], Path] | None = None, cores: int | None = None,
+          pool_hit_rate: float | None = None) -> Findings:
     """A script against the plan (`compute`: plan.compute) at its own settings on a
-    machine of `cores` (default: this one's), and its draft depth against the
-    measurements (`profile`: plan --measure's, and its file)."""
+    machine of `cores` (default: this one's), its draft depth against the
+    measurements (`profile`: plan --measure's, and its file), and its resident
+    layers against lk_moe's expert pool at `pool_hit_rate`."""
     found = Findings()
     errors, warnings = found.errors, found.warnings
     errors.extend(launch.problems)  # where bash would read the script otherwise than this check
@@ -152,9 +160,12 @@ def check(launch: Launch, args: PlanRequest, compute: Compute,
                       f"leave some free, e.g. {share} (plan --measure times it)")
         found.fixes.append(script_reader.Fix("LK_THREADS", "", share, errors[-1]))
     _check_torch_threads(launch, cores, found)
-    shape = _check_memory(launch, args, compute, found)
+    request = _script_request(launch, args, found.errors)
+    shape = _check_memory(launch, request, compute, found) if request else None
     _check_engine_env(launch, found, shape)
     _check_depth(launch, found, profile)
+    if request:
+        _check_pool(launch, request, compute, found, pool_hit_rate)
     found.errors.extend(script_reader.vllm_config_problems(launch.options))  # vLLM's own classes, where importable
     return found
 
@@ -219,10 +230,8 @@ _SETTINGS: dict[str, tuple[str, Callable[[str], object]]] = {
 """the script's memory settings the plan is recomputed at: option -> (PlanRequest field, parse)"""
 
 
-def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Findings) -> mp.ModelShape | None:
-    """The plan at the script's own memory settings, and its resident layers against it; the model's
-    shape (None where the settings are refused)."""
-    errors = found.errors
+def _script_request(launch: Launch, args: PlanRequest, errors: list[str]) -> PlanRequest | None:
+    """The plan options at the script's own memory settings and pool; None where it sets one the plan refuses."""
     changes: dict[str, object] = {}
     for option, (name, parse) in _SETTINGS.items():
         if option in launch.options:
@@ -234,7 +243,12 @@ def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Fi
     if pool.SLOTS_ENV in launch.env:  # the pool's VRAM comes out of the resident layers' (refused values: _check_engine_env)
         with contextlib.suppress(mp.PlacementError):
             changes["pool_slots"] = pool.pool_settings({pool.SLOTS_ENV: launch.env[pool.SLOTS_ENV]}).slots
-    args = replace(args, **changes)  # type: ignore[arg-type]  # each field's own type, by the table above
+    return replace(args, **changes)  # type: ignore[arg-type]  # each field's own type, by the table above
+
+
+def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Findings) -> mp.ModelShape:
+    """The plan at the script's own settings (`args`), and its resident layers against it; the model's shape."""
+    errors = found.errors
     result = compute(args)
     budget = result.budget
     if budget.for_resident_layers < 0:
@@ -334,6 +348,45 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
         found.fixes.append(script_reader.Fix("--speculative-config", "draft_depth", advice.draft_depth, advice.message))
     _check_graphs(launch, found)
     _check_graph_depths(config, k, spec.get("draft_depth"), found, fixed=bool(advice))
+
+
+def _check_pool(launch: Launch, args: PlanRequest, compute: Compute, found: Findings, hit: float | None) -> None:
+    """lk_moe's expert pool against whole resident layers in the VRAM the script leaves them, at the draft
+    depths the script runs after the draft-depth advice; --write sets the winner where the script differs."""
+    plan = compute(replace(args, pool_slots=0))
+    policy = _pool_policy(launch, found)
+    if plan.budget.for_resident_layers < 0 or policy is None:
+        return
+    space = pool_advice.room(plan.shape, plan.budget.for_resident_layers, args.tp, plan.choice.layers)
+    advice = pool_advice.advise(plan.shape, space, policy, hit, HOME.root)
+    if advice is None:
+        return
+    mine = "pool" if args.pool_slots else "layers"
+    if advice.winner in (None, mine):
+        found.notes.append(advice.message)
+        return
+    found.warnings.append(advice.message)
+    for name, value in pool_advice.settings(advice.winner, space).items():
+        found.fix(script_reader.Fix(name, "", value, advice.short))
+
+
+def _pool_policy(launch: Launch, found: Findings) -> pool_advice.Policy | None:
+    """The depths the script verifies once --write has made the draft-depth advice; None where its
+    --speculative-config is refused (_check_depth says so)."""
+    raw = launch.options.get("--speculative-config")
+    if raw is None:
+        return pool_advice.Policy(name="no speculation", k=0, depths=(0, 0))
+    advised = [f.value for f in found.fixes if (f.option, f.key) == ("--speculative-config", "draft_depth")]
+    try:
+        spec = bounded.loads(raw)
+        k = spec["num_speculative_tokens"]
+        config = draft_depth.parse_draft_depth(advised[-1] if advised else spec.get("draft_depth"), k)
+    except (ValueError, KeyError, TypeError, draft_depth.DraftDepthError):
+        return None
+    name = measured_advice.policy_name(config, k) or config.policy
+    reasoning, answer = (config.phase_depth(phase, k) for phase in (draft_depth.REASONING, draft_depth.ANSWER))
+    depths = (reasoning, answer) if reasoning is not None and answer is not None else None
+    return pool_advice.Policy(name=name, k=k, depths=depths)
 
 
 def _engine_bool(value: object) -> bool:

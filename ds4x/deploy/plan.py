@@ -127,6 +127,10 @@ def _check_launch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", type=inputs.existing_file, metavar="FILE",
                    help="with --check-launch: advise the draft depth from this plan --measure profile "
                         "(default: the committed runs that bench/results/advice.toml lists)")
+    p.add_argument("--pool-hit-rate", type=bounded.fraction(0, 1), metavar="H",
+                   help="with --check-launch: your expert-pool hit rate in [0, 1] (lk_moe's [pool] lines, cum hit: "
+                        "docs/expert-pool.md), to advise the pool or whole resident layers (default: none, so the "
+                        "advice gives the hit rate above which the pool wins)")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -358,9 +362,10 @@ def main(command: PlanCommand) -> int:
     _check_files(request.config, request.routing_stats)
     if command.check_launch:
         return check_launch(command, command.check_launch)
-    given = [name for name in ("write", "profile", "cores") if getattr(command, name)]
+    given = [name for name in ("write", "profile", "cores", "pool_hit_rate") if getattr(command, name) is not None]
     if given:
-        raise InputError(f"--{given[0]} applies to --check-launch only", "add --check-launch SCRIPT, or leave it out")
+        raise InputError(f"--{given[0].replace('_', '-')} applies to --check-launch only",
+                         "add --check-launch SCRIPT, or leave it out")
     measuring = command.measure
     _check_outputs(command, {"--launch": command.launch, "--plot": command.plot,
                              "--profile-out": measuring.profile_out if measuring else None})
@@ -419,10 +424,10 @@ def check_launch(command: PlanCommand, script_path: Path) -> int:
     _check_outputs(command, {"--write": command.write})
     script = launch.read(script_path)
     profile = (_load_json(command.profile, "--profile"), command.profile) if command.profile else None
-    found = launch.check(script, command.request, compute, profile, command.cores)
+    found = launch.check(script, command.request, compute, profile, command.cores, command.pool_hit_rate)
     cores = f"{command.cores} cores (--cores)" if command.cores else f"{os.cpu_count() or 1} cores (this machine)"
     print(f"checked for: {cores}, a GPU of {command.request.gpu_mem / 2**30:.2f} GiB (--gpu-mem)")
-    for kind, said in (("warning", found.warnings), ("error", found.errors)):
+    for kind, said in (("note", found.notes), ("warning", found.warnings), ("error", found.errors)):
         for line in said:
             print("\n".join(wrap.lines(line, f"{kind}: ")) if sys.stdout.isatty() else f"{kind}: {line}")
     print(f"{script_path}: {len(found.errors)} error(s), {len(found.warnings)} warning(s)")
@@ -444,7 +449,8 @@ def write_fixed(command: PlanCommand, script_path: Path, out: Path, script: scri
                 found: launch.Findings, profile: tuple[dict[str, Any], Path] | None) -> int:
     """--write: the script with the check's fixes, written only if it then passes with 0 errors."""
     text = script_writer.written(script, found.fixes)
-    again = launch.check(script_reader.read(text), command.request, compute, profile, command.cores)
+    again = launch.check(script_reader.read(text), command.request, compute, profile, command.cores,
+                         command.pool_hit_rate)
     if again.errors:
         raise Ds4xError(f"--write {out}: not written, {len(again.errors)} error(s) it cannot fix: "
                         f"{again.errors[0]}", "change those settings by hand (or the plan options), then check again")

@@ -63,6 +63,8 @@ class PlanCommand:
     write: Path | None
     profile: Path | None
     cores: int | None
+    pool_hit_rate: float | None
+    """--check-launch's expert-pool hit rate (None: not given)"""
     measure: MeasureRequest | None
     """--measure's request; None without --measure"""
     overlap: sim.Overlap

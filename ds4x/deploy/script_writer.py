@@ -63,6 +63,7 @@ def written(launch: Launch, fixes: list[Fix]) -> str:
     them, added beside the command where not; a comment above each."""
     edits = [e for fix in fixes for e in (_option_edits if fix.option.startswith("--") else _env_edits)(launch, fix)]
     text = launch.text
-    for edit in sorted(edits, key=lambda e: (e.start, e.end), reverse=True):
+    order = sorted(range(len(edits)), key=lambda i: (edits[i].start, edits[i].end, i), reverse=True)
+    for edit in (edits[i] for i in order):  # last first, so edits at one place keep their order
         text = text[:edit.start] + edit.text + text[edit.end:]
     return text
