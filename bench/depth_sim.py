@@ -31,7 +31,14 @@ every policy as the fork runs it today (the batch verifies the deepest depth any
 chose) against each request verifying its own (one lk_moe call a layer for the step's
 tokens), by vllm_ds4x.depth.mixed; the rest of a step as for --overlap.
 
+With `--pool-hit-rate H` (#57) every prediction but --mixed's is made with lk_moe's GPU expert
+pool at hit rate H on every lk_moe layer the profile counts: a call of 1 or 2 rows leaves the CPU
+(1 - H) of its distinct experts and costs what the curve says for that many (depth_sim.call_ms);
+calls of 3+ rows are unchanged, as lk_moe 2.7.4 computes every expert there. 0 (the default) is
+the prediction without the pool, unchanged.
+
     python -m bench.depth_sim [--profile FILE] [--reasoning-tokens 3000 --answer-tokens 800 --seeds 20]
+    python -m bench.depth_sim --pool-hit-rate 0.2 [--overlap ubatch]
     python -m bench.depth_sim --overlap ubatch [--requests 2] [--gpu-ms MS ...] [--outside-ms MS] [--ubatch-gpu F]
     python -m bench.depth_sim --mixed [--requests 2] [--gpu-ms MS ...]
 """
@@ -116,8 +123,22 @@ def overlap(profile: dict[str, Any], args: argparse.Namespace, tokens: dict[str,
     k = len(profile["step_seconds"]) - 1
     config = sim.Overlap(mode=args.overlap, outside_ms=args.outside_ms, ubatch_gpu=args.ubatch_gpu)
     lines: list[str] = sim.overlap_report(curve, layers, rest, args.requests, k, profile["acceptance"], tokens,
-                                          args.seeds, config)
+                                          args.seeds, config, pool=pool(profile, args))
     return lines
+
+
+def pool(profile: dict[str, Any], args: argparse.Namespace) -> sim.Pool:
+    """--pool-hit-rate on the profile's curve, read by the distinct experts measure recorded."""
+    return sim.Pool(hit_rate=args.pool_hit_rate, distinct=sim.measured_distinct(profile))
+
+
+def pooled(profile: dict[str, Any], args: argparse.Namespace) -> list[float]:
+    """The profile's step seconds (one request), less what the pool at --pool-hit-rate takes off its CPU experts."""
+    seconds: list[float] = profile["step_seconds"]
+    if not args.pool_hit_rate:
+        return seconds
+    curve, layers = sim.profile_curve(profile)
+    return sim.pooled_seconds(seconds, curve, layers, 1, pool(profile, args))
 
 
 def mixed(profile: dict[str, Any], args: argparse.Namespace) -> list[str]:
@@ -152,11 +173,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ubatch-gpu", type=bounded.fraction(0.001, 1), default=1.0,
                    help="one micro-batch's GPU part as a fraction of the batch's (default 1.0; 0.5: splitting adds "
                         "no GPU work)")
+    p.add_argument("--pool-hit-rate", type=bounded.fraction(0, 1), default=0.0, metavar="H",
+                   help="predict with lk_moe's GPU expert pool at this hit rate on every lk_moe layer: calls of 1 or "
+                        "2 rows leave the CPU (1 - H) of their distinct experts (default 0: no pool; not --mixed)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    if args.mixed and args.pool_hit_rate:
+        p.error("--pool-hit-rate: the --mixed prediction does not model the pool; leave one out")
     try:
         report(args)
     except printed.READ_ERRORS as e:
@@ -173,12 +200,16 @@ def report(args: argparse.Namespace) -> None:
     try:
         lines = overlap(profile, args, tokens) if args.overlap != "off" else []
         mix = mixed(profile, args) if args.mixed else []
+        seconds = pooled(profile, args)
     except KeyError as e:
         raise SystemExit(f"error: {args.profile} has no timing for {e} tokens: measure with --max-num-seqs "
                          f"{args.requests}") from None
     except ValueError as e:
         raise SystemExit(f"error: {args.profile}: {e}") from None
-    run(f"measured ({args.profile.name})", profile["step_seconds"], tokens, args.seeds, profile["acceptance"])
+    name = f"measured ({args.profile.name})"
+    if args.pool_hit_rate:
+        name += f" with the pool at hit rate {args.pool_hit_rate:g} (steps of 1-{sim.POOL_ROWS} rows)"
+    run(name, seconds, tokens, args.seeds, profile["acceptance"])
     if lines:
         print("\npredicted with CPU-GPU overlap (two micro-batches; depth_sim.step_ms), " + "\n".join(lines))
     if mix:

@@ -16,7 +16,9 @@ benchmark (bench/e2e_decode.py) to be held to what the engine does.
 
 A step's cost with CPU-GPU overlap (#20) comes from the same measured curve: see
 ``Overlap``, ``step_ms`` and ``overlap_report`` below (bench/depth_sim.py
-``--overlap``, ``plan --measure --overlap``).
+``--overlap``, ``plan --measure --overlap``). So does its cost with lk_moe's GPU expert
+pool at a hit rate (#57): see ``Pool`` and ``call_ms`` (bench/depth_sim.py
+``--pool-hit-rate``, bench/e2e_pool.py).
 """
 
 from __future__ import annotations
@@ -202,28 +204,121 @@ def pipeline_ms(cpu_ms: Sequence[float], gpu_ms: Sequence[float]) -> float:
     return cpu_free
 
 
+# ---- a decode step with lk_moe's GPU expert pool (LK_POOL_SLOTS, #57)
+
+POOL_ROWS = 2
+"""lk_moe 2.7.4's cpu_decode skips the pooled experts only in a call of 1 or 2 rows; from 3 rows on
+it computes every expert itself and the pool gives nothing (vllm_ds4x.hooks.moe_pool.POOL_ROWS)."""
+EXPERTS, TOP_K = 256, 6
+"""DeepSeek-V4-Flash's routed experts a layer and experts a token (the stand-ins' too)."""
+
+
+def random_distinct(tokens: int, experts: int = EXPERTS, top_k: int = TOP_K) -> float:
+    """Expected distinct experts of a call of `tokens` rows under uniform random routing (each row
+    top_k distinct of `experts`): what measure's calls are routed by (6.0 / 11.86 / 17.58 at 1 / 2 / 3
+    rows; measure recorded 6.0 / 11.85 / 17.68 on the H200)."""
+    return experts * (1 - (1 - top_k / experts) ** tokens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pool:
+    """lk_moe's GPU expert pool as the step-cost model sees it (call_ms)."""
+
+    hit_rate: float = 0.0
+    """The share of a call's distinct experts found in the pool's slots (lk_moe's hit_rate); the GPU
+    computes those on a side stream, taken as free beside the CPU. 0: no pool."""
+    distinct: Mapping[int, float] | None = None
+    """The curve's x axis: distinct experts of measure's calls by tokens (its cases' "distinct"; see
+    measured_distinct). None, or a count missing: random_distinct."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.hit_rate <= 1.0:  # NaN fails this too
+            raise ValueError(f"pool hit rate {self.hit_rate}: expected a number in [0, 1]")
+
+    def distinct_at(self, tokens: int) -> float:
+        """Distinct experts of measure's call of `tokens` rows."""
+        found = (self.distinct or {}).get(tokens)
+        return float(found) if found is not None else random_distinct(tokens)
+
+
+NO_POOL = Pool()
+
+
+def by_distinct(curve: Mapping[int, float], pool: Pool, distinct: float) -> float:
+    """ms of a call whose CPU computes `distinct` experts: the curve read by distinct experts (its
+    points at pool.distinct_at(tokens)), linear between points, proportional from the origin below
+    the first (a call of no CPU experts reads no expert bytes)."""
+    points = sorted((pool.distinct_at(t), ms) for t, ms in curve.items())
+    x0, y0 = 0.0, 0.0
+    for x1, y1 in points:
+        if distinct <= x1:
+            return y0 + (y1 - y0) * (distinct - x0) / (x1 - x0) if x1 > x0 else y1
+        x0, y0 = x1, y1
+    raise ValueError(f"{distinct:.1f} distinct experts: beyond the curve's {x0:.1f}")
+
+
+def call_ms(curve: Mapping[int, float], rows: int, pool: Pool = NO_POOL) -> float:
+    """ms of one lk_moe layer's CPU experts for a call of `rows` rows with the pool at its hit rate.
+
+    The curve's x axis is tokens in a call, but a call costs what its distinct experts cost (memory
+    traffic, docs: "CPU expert cost grows with distinct experts"): measure routes each token to top-6
+    at random, so its 2-token call reads ~11.9 distinct experts, not 12, and its 1-token call 6. A
+    call of r <= POOL_ROWS rows at hit rate h leaves the CPU (1 - h) of the call's distinct experts
+    (the pool's hits run on the GPU's side stream, roughly free beside the CPU), and costs what the
+    curve says for that many distinct experts: interpolated along the curve by distinct experts, not
+    scaled. Why interpolated: lk_moe's MXFP4 curve is not proportional (1.82 ms at 6 experts, 4.00 at
+    11.9 on the H200: a 2-row call at h = 0.5 costs about the 1-row call, not half the 2-row one), and
+    a straight line's fixed part fitted through it is below zero at no experts, so the segment below
+    one token runs to the origin (no fixed part: this credits the pool fully at depth 0, where the
+    engine's figures may show less). From 3 rows on the CPU computes every expert: curve[rows].
+    At h = 0 every call is curve[rows], as it was before the pool."""
+    if pool.hit_rate == 0 or rows > POOL_ROWS:
+        return curve[rows]
+    return by_distinct(curve, pool, (1 - pool.hit_rate) * pool.distinct_at(rows))
+
+
+def pooled_seconds(seconds: Sequence[float], curve: Mapping[int, float], layers: int, requests: int,
+                   pool: Pool) -> list[float]:
+    """Measured step seconds by depth (1 + d tokens a request) less what the pool takes off the
+    CPU experts of `layers` lk_moe layers: unchanged at h = 0 and for steps of 3+ rows."""
+    out = []
+    for d, s in enumerate(seconds):
+        rows = requests * (d + 1)
+        out.append(s - layers * (curve[rows] - call_ms(curve, rows, pool)) / 1000 if rows <= POOL_ROWS else s)
+    return out
+
+
+def measured_distinct(measured: Mapping[str, Any]) -> dict[int, float]:
+    """From the `measured` object of a profile measure wrote: the distinct experts of its calls by
+    tokens at its LK_THREADS, where it recorded them (profiles before 2026-12 did not)."""
+    runs = [run for run in measured["runs"] if run["threads"] == measured["lk_threads"]]
+    return {int(case["tokens"]): float(case["distinct"]) for run in runs[:1] for case in run["cases"]
+            if "distinct" in case}
+
+
 def step_ms(curve: Mapping[int, float], layers: int, rest_ms: float, requests: int, tokens: int,
-            overlap: Overlap) -> float:
+            overlap: Overlap, pool: Pool = NO_POOL) -> float:
     """ms of a step of `requests` verifying `tokens` each; curve: ms of one
     layer's CPU experts by tokens in the call. Off (or one request): one call for
     all the step's tokens a layer, plus the rest. ubatch: each micro-batch (half
     the requests) calls with its own tokens, one call after the other on the side
     stream, while the GPU runs the other's part (pipeline_ms); the rest but
-    outside_ms is spread over the layers, ubatch_gpu of it a micro-batch."""
+    outside_ms is spread over the layers, ubatch_gpu of it a micro-batch. Each
+    call of 1 or 2 rows costs the CPU less with the pool (call_ms)."""
     halves = ((requests + 1) // 2 * tokens, requests // 2 * tokens)
     hidden = hidden_ms(rest_ms, layers, overlap.outside_ms)
     if overlap.mode == "off" or requests < 2 or halves[0] > overlap.split_limit(curve, hidden):
-        return curve[requests * tokens] * layers + rest_ms
-    cpu = [curve[halves[i % 2]] for i in range(2 * layers)]
+        return call_ms(curve, requests * tokens, pool) * layers + rest_ms
+    cpu = [call_ms(curve, halves[i % 2], pool) for i in range(2 * layers)]
     return pipeline_ms(cpu, [hidden * overlap.ubatch_gpu] * (2 * layers)) + rest_ms - hidden * layers
 
 
 def step_seconds(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], requests: int, k: int,
-                 overlap: Overlap) -> list[float]:
+                 overlap: Overlap, pool: Pool = NO_POOL) -> list[float]:
     """Seconds a step verifying 1..K+1 tokens a request (depth 0..K); rest_ms:
     one figure for every depth or one per depth (as measure takes --gpu-ms)."""
     rest = per_depth(rest_ms, k)
-    return [step_ms(curve, layers, rest[d], requests, d + 1, overlap) / 1000 for d in range(k + 1)]
+    return [step_ms(curve, layers, rest[d], requests, d + 1, overlap, pool) / 1000 for d in range(k + 1)]
 
 
 def per_depth(rest_ms: Sequence[float], k: int) -> list[float]:
@@ -253,14 +348,14 @@ def profile_curve(measured: Mapping[str, Any]) -> tuple[dict[int, float], int]:
 
 
 def step_lines(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], requests: int, k: int,
-               overlap: Overlap) -> list[str]:
+               overlap: Overlap, pool: Pool = NO_POOL) -> list[str]:
     """Per depth: the step off, with two micro-batches, and the issue's bound at
     full and 70% overlap (fraction x min(CPU experts, rest that can overlap))."""
     lines = []
     for d, rest in enumerate(per_depth(rest_ms, k)):
-        cpu = curve[requests * (d + 1)] * layers
-        off = step_ms(curve, layers, rest, requests, d + 1, Overlap())
-        on = step_ms(curve, layers, rest, requests, d + 1, overlap)
+        cpu = call_ms(curve, requests * (d + 1), pool) * layers
+        off = step_ms(curve, layers, rest, requests, d + 1, Overlap(), pool)
+        on = step_ms(curve, layers, rest, requests, d + 1, overlap, pool)
         full, most = (bound_step_ms(cpu, rest, f, overlap.outside_ms) for f in (1.0, 0.7))
         lines.append(f"depth {d}: CPU experts {cpu:.1f} + rest {rest:.1f} = {off:.1f} ms off; two micro-batches "
                      f"{on:.1f} ms (x{off / on:.2f}); bound: full x{off / full:.2f}, 70% x{off / most:.2f}")
@@ -281,10 +376,10 @@ def overlap_table(off: dict[str, dict[str, float]], on: dict[str, dict[str, floa
 
 def overlap_report(curve: Mapping[int, float], layers: int, rest_ms: Sequence[float], requests: int, k: int,
                    acceptance: dict[str, float], tokens: dict[str, int], seeds: int, overlap: Overlap,
-                   start: AdaptiveStart | None = None) -> list[str]:
+                   start: AdaptiveStart | None = None, pool: Pool = NO_POOL) -> list[str]:
     """Steps and tok/s per policy and phase at `requests`, off against `overlap`
     (the micro-batch model; the per-depth lines add the issue's bound; `start`:
-    adaptive's, see policies)."""
+    adaptive's, see policies; `pool`: both at its hit rate)."""
     if requests < 2:
         return [ONE_REQUEST]
     hidden = hidden_ms(rest_ms[0], layers, overlap.outside_ms)
@@ -295,7 +390,7 @@ def overlap_report(curve: Mapping[int, float], layers: int, rest_ms: Sequence[fl
     lines = [f"{requests} running requests, LVLLM_MOE_OVERLAP={overlap.mode} LVLLM_MOE_UBATCH_TOKENS={limit} "
              f"(outside the layers {overlap.outside_ms} ms, a micro-batch's GPU part {overlap.ubatch_gpu} of the "
              "batch's):"]
-    lines += step_lines(curve, layers, rest_ms, requests, k, overlap)
-    results = [compare(step_seconds(curve, layers, rest_ms, requests, k, o), acceptance, tokens, seeds, requests,
+    lines += step_lines(curve, layers, rest_ms, requests, k, overlap, pool)
+    results = [compare(step_seconds(curve, layers, rest_ms, requests, k, o, pool), acceptance, tokens, seeds, requests,
                        start=start) for o in (Overlap(), overlap)]
     return lines + overlap_table(*results)
