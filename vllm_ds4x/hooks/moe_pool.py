@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from vllm_ds4x.hooks import pool_metrics
 from vllm_ds4x.moe import placement as mp
 from vllm_ds4x.moe.pool import PoolSettings, check_layer, pool_settings
 
@@ -73,6 +74,7 @@ def attach(experts: Any, is_draft: bool) -> None:
     half.warm()
     experts.ds4x_pool = half
     experts.lk_moe.pool_gpu_report(True)
+    pool_metrics.add_layer(int(experts.lk_moe_config.layer_id), info)  # its slots' bytes, for the bytes pumped
 
 
 POOL_ROWS = 2
