@@ -105,3 +105,18 @@ def test_the_promql_in_the_metrics_docs_parses(module: str, least: int) -> None:
     if module == "pool_metrics":
         named = {name for query in found for name in METRIC.findall(query)}
         assert named and named <= pool_exported(), sorted(named - pool_exported())
+
+
+def test_the_pool_promql_in_expert_pool_md_parses_and_names_exported_metrics() -> None:
+    doc = (ROOT / "docs/expert-pool.md").read_text()
+    section = doc[doc.index("## Watching it"):doc.index("## Not done yet")]
+    blocks = [" ".join(b.split()) for b in re.findall(r":\n\n((?:    .+\n)+)", section) if "rate(" in b]
+    inline = re.findall(r"`(sum\(rate\(vllm:[^`]+)`", section)
+    assert len(blocks) == 1 and len(inline) == 1
+    for query in blocks + inline:
+        promql_parser.parse(query)
+        assert set(METRIC.findall(query)) <= pool_exported()
+    tabled = set(re.findall(r"^\| `(vllm:[a-z_]+)`", section, re.M))
+    assert tabled | {"vllm:lk_moe_pool_cover_dup_total"} == pool_exported()  # cover_dup shares cover_miss' row
+    for name in ("ds4x-expert-pool.json", "ds4x-expert-pool.yaml"):
+        assert name in section
