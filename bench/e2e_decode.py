@@ -34,6 +34,7 @@ import json
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -243,10 +244,19 @@ def step_split(res: Results, n: int) -> tuple[list[str], list[float]]:
     return lines, seconds
 
 
-def noise_floor(measured: dict[str, dict[str, float]]) -> float:
+def noise_floor(measured: dict[str, dict[str, float]],
+                pairs: Sequence[tuple[str, str, str]] = SAME_BEHAVIOUR) -> float:
     """The largest difference between two policies that verify the same depths in
-    a phase (fixed 0 and phase 0/2 while reasoning, ...): what this run cannot tell apart."""
-    return max(abs(measured[phase][a] / measured[phase][b] - 1) for phase, a, b in SAME_BEHAVIOUR)
+    a phase (fixed 0 and phase 0/2 while reasoning, ...): what this run cannot tell apart.
+    `pairs`: those of SAME_BEHAVIOUR to take (a run of fewer policies: measured_pairs)."""
+    return max(abs(measured[phase][a] / measured[phase][b] - 1) for phase, a, b in pairs)
+
+
+def measured_pairs(measured: dict[str, dict[str, float]]) -> list[tuple[str, str, str]]:
+    """The SAME_BEHAVIOUR pairs whose two policies both measured in their phase (bench/e2e_pool.py's
+    runs hold a few policies; this report's hold them all)."""
+    return [(phase, a, b) for phase, a, b in SAME_BEHAVIOUR
+            if a in measured.get(phase, {}) and b in measured.get(phase, {})]
 
 
 def predictions(res: Results, n: int, seconds: list[float], measured: dict[str, dict[str, float]],
