@@ -128,7 +128,7 @@ class Counters:
         import torch
         from vllm.model_executor.layers.fused_moe import routed_experts as RE
 
-        for name in ("_cpu_decode", "_cpu_prefill"):
+        for name in ("_cpu_decode", "_cpu_prefill", "_gpu_prefill"):
             original = getattr(RE.RoutedExperts, name)
 
             def counted(experts, *a, _name=name, _original=original, **k):

@@ -136,3 +136,11 @@ def test_configure_sets_the_triton_tiers_fields_only_for_triton_with_gpu_prefill
     with pytest.raises(moe_prefill.PrefillSettingError, match="no Triton prefill tier"):
         moe_prefill.configure(old, "model.layers.1.ffn.experts", False, triton)
     assert [moe_prefill.staging_window(w) for w in (0, 1, 2, 3, 9)] == [1, 1, 2, 2, 2]
+
+
+def test_gpu_prefill_beside_the_expert_pool_is_refused_before_the_build() -> None:
+    pool = {"LK_POOL_SLOTS": "12", "LVLLM_GPU_PREFILL_MIN_BATCH_SIZE": "1024"}
+    for env in (pool, {**pool, moe_prefill.ENGINE_ENV: "triton"}):
+        with pytest.raises(moe_prefill.PrefillSettingError, match="LK_POOL_SLOTS=12 with GPU prefill"):
+            moe_prefill.configure(cfg(), "model.layers.1.ffn.experts", False, env)
+    moe_prefill.configure(cfg(use_gpu_prefill=False), "model.layers.1.ffn.experts", False, pool)  # CPU prefill: fine

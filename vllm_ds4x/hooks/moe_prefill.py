@@ -39,6 +39,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vllm_ds4x.moe import placement as mp
+from vllm_ds4x.moe.pool import SLOTS_ENV, pool_settings
 
 ENGINE_ENV = "LK_GPU_PREFILL_ENGINE"
 ENGINES = ("cutlass", "triton")
@@ -70,8 +71,16 @@ def staging_window(prefetch_window: int) -> int:
 def configure(cfg: Any, layer_name: str, is_draft: bool, env: Mapping[str, str] = os.environ) -> None:
     """Before lk_moe builds a layer: what the triton engine reads from the config (its switch, the
     layer's id in lk_moe's registry, draft or not, the ring depth). Nothing for cutlass, whose arena
-    follows the fork's own `use_gpu_prefill`, nor while GPU prefill is off."""
-    if not getattr(cfg, "use_gpu_prefill", False) or engine_name(env) != "triton":
+    follows the fork's own `use_gpu_prefill`, nor while GPU prefill is off. GPU prefill beside the
+    expert pool is refused: both engines then stage through the pool's VRAM, which needs every prefill
+    forward bracketed (prefill_cutlass.frozen_chunk) and the decode lane wired in, not done here."""
+    if not getattr(cfg, "use_gpu_prefill", False):
+        return
+    if pool_settings(env).on:
+        raise PrefillSettingError(f"{SLOTS_ENV}={env.get(SLOTS_ENV)} with GPU prefill ({mp.PREFILL_MIN_ENV}="
+                                  f"{env.get(mp.PREFILL_MIN_ENV)}): lk_moe's GPU prefill borrows the pool's VRAM, "
+                                  f"which this series does not bracket yet; set one of them to 0")
+    if engine_name(env) != "triton":
         return
     if not hasattr(cfg, "prefill_gpu"):
         raise PrefillSettingError(f"{ENGINE_ENV}=triton: this lk_moe has no Triton prefill tier (it came with "
