@@ -211,7 +211,8 @@ def report(args: argparse.Namespace) -> None:
         name += f" with the pool at hit rate {args.pool_hit_rate:g} (steps of 1-{sim.POOL_ROWS} rows)"
     run(name, seconds, tokens, args.seeds, profile["acceptance"])
     if lines:
-        print("\npredicted with CPU-GPU overlap (two micro-batches; depth_sim.step_ms), " + "\n".join(lines))
+        pooled_at = f" with the pool at hit rate {args.pool_hit_rate:g}" if args.pool_hit_rate else ""
+        print(f"\npredicted with CPU-GPU overlap (two micro-batches; depth_sim.step_ms){pooled_at}, " + "\n".join(lines))
     if mix:
         print("\npredicted, " + "\n".join(mix))
 
