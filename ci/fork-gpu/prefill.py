@@ -14,7 +14,8 @@ seconds of each engine step until then, and PREFILL_CONTINUATION (32) greedy tok
 decode tok/s. Then (PREFILL_CONCURRENT, default 16384 prompt tokens; 0: skipped) one request decodes
 alone for PREFILL_ALONE_STEPS steps, another with that many prompt tokens arrives, and the first one's
 tokens until the second's first token give its decode tok/s while the other prefills. The JSON is
-rewritten after every prompt, so a run cut short keeps what it measured.
+rewritten after every prompt, so a run cut short keeps what it measured. PREFILL_SPEC=2: DSpark with 2
+draft tokens, as the user runs it (its draft layer on lk_moe, a GPU-prefill layer too; not yet run).
 """
 
 import json
@@ -35,6 +36,7 @@ ALONE_STEPS = int(os.environ.get("PREFILL_ALONE_STEPS", "24"))
 WARMUP = int(os.environ.get("PREFILL_WARMUP", "9000"))  # a full chunk and a partial one
 BATCHED = 8192  # the user's --max-num-batched-tokens
 GPU_GIB = float(os.environ.get("PREFILL_GPU_GIB", "40"))  # lk_moe's prefill arena is outside torch's pool
+SPEC = int(os.environ.get("PREFILL_SPEC", "0"))  # >0: DSpark with that many draft tokens, as the user runs it (K=2)
 TOKENS = [*REASONING_CYCLE, *ANSWER_CYCLE]
 
 
@@ -62,9 +64,13 @@ def long_context(config: Path, length: int) -> None:
 
 
 def engine_args() -> dict:
-    return {**{k: v for k, v in ENGINE.items() if k != "attention_config"}, **GRAPHS, **dsv4_engine(),
-            "model": str(MODELS / "target"), "max_model_len": max_len(), "max_num_batched_tokens": BATCHED,
-            "enable_chunked_prefill": True, "max_num_seqs": 2, "gpu_memory_utilization": gpu_fraction(GPU_GIB)}
+    kw = {**{k: v for k, v in ENGINE.items() if k != "attention_config"}, **GRAPHS, **dsv4_engine(),
+          "model": str(MODELS / "target"), "max_model_len": max_len(), "max_num_batched_tokens": BATCHED,
+          "enable_chunked_prefill": True, "max_num_seqs": 2, "gpu_memory_utilization": gpu_fraction(GPU_GIB)}
+    if SPEC:  # DSpark's draft layer on lk_moe too (dsv4_setup.sh: LVLLM_GPU_RESIDENT_DRAFT_LAYERS=0)
+        kw["speculative_config"] = {"method": "dspark", "model": str(MODELS / "draft"), "num_speculative_tokens": SPEC,
+                                    "draft_sample_method": "greedy"}
+    return kw
 
 
 def run(engine, ids: list[int], max_tokens: int, name: str) -> dict:
@@ -135,14 +141,15 @@ def main(result: dict) -> None:
 
     portable.install(Path(os.environ["DS4X_DSV4_OPS"]))
     dsv4_model.install_loader()
-    counters = Counters(0)
+    counters = Counters(SPEC)
     managers = counters.install()
     import torch
     from vllm import LLM
 
     from vllm_ds4x.hooks import moe_prefill
 
-    long_context(MODELS / "target" / "config.json", max_len())
+    for model in ("target", "draft"):
+        long_context(MODELS / model / "config.json", max_len())
     t0 = time.time()
     llm = LLM(**engine_args())
     engine = llm.llm_engine
@@ -178,7 +185,7 @@ def write(result: dict) -> None:
 if __name__ == "__main__":
     start = time.time()
     result = {"arm": ARM, "ok": False, "lengths": LENGTHS, "continuation": CONTINUATION, "prompts": {},
-              "concurrent_asked": CONCURRENT,
+              "concurrent_asked": CONCURRENT, "spec": SPEC,
               "env": {k: os.environ.get(k) for k in ("LVLLM_GPU_PREFILL_MIN_BATCH_SIZE", "LVLLM_GPU_PREFETCH_WINDOW",
                                                      "LK_GPU_PREFILL_ENGINE", "LK_THREADS")}}
     try:

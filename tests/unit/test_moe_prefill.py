@@ -116,7 +116,7 @@ def test_on_lk_moe_23_the_forks_own_call_writes_bf16(monkeypatch: pytest.MonkeyP
 def cfg(**fields: Any) -> SimpleNamespace:
     """MOEConfigV2's fields as 2.7.4 defaults them (those configure touches)."""
     return SimpleNamespace(**{"use_gpu_prefill": True, "prefill_gpu": False, "layer_id": 0, "role_draft": False,
-                              "prefill_window": 1, **fields})
+                              "prefill_window": 1, "prefill_min_tokens": 0, **fields})
 
 
 def test_configure_sets_the_triton_tiers_fields_only_for_triton_with_gpu_prefill_on() -> None:
@@ -126,8 +126,10 @@ def test_configure_sets_the_triton_tiers_fields_only_for_triton_with_gpu_prefill
         moe_prefill.configure(c, "model.layers.2.ffn.experts", False, env)
         assert vars(c) == before
     c = cfg()
-    moe_prefill.configure(c, "model.layers.3.ffn.experts", True, triton)  # DSpark's draft layer after 3 target layers
+    moe_prefill.configure(c, "model.layers.3.ffn.experts", True, {**triton, "LVLLM_GPU_PREFILL_MIN_BATCH_SIZE": "1024"})
     assert (c.prefill_gpu, c.layer_id, c.role_draft, c.prefill_window) == (True, 3, True, 2)  # window 3 (default) -> 2
+    assert (c.use_gpu_prefill, c.prefill_min_tokens) == (False, 1024)  # one engine's VRAM: no cutlass arena
+    c = cfg()
     moe_prefill.configure(c, "model.layers.1.ffn.experts", False, {**triton, "LVLLM_GPU_PREFETCH_WINDOW": "1"})
     assert (c.layer_id, c.role_draft, c.prefill_window) == (1, False, 1)
     with pytest.raises(PlacementError, match="LVLLM_GPU_PREFETCH_WINDOW"):

@@ -17,8 +17,11 @@ register here right after construction"), so a layer's GPU prefill goes through 
   rounds activations to bf16, so its results are not the CPU's bit for bit.
 - `triton`: `StagingPrefill` (Triton group GEMMs in fp32, "matches the CPU reference", staging the
   routed experts through a ring of LVLLM_GPU_PREFETCH_WINDOW blocks, at most 2). lk_moe takes its
-  switch, the layer's identity and the ring depth from the config only, so `configure` sets them
-  before the layer is built (the fork's builders call it beside moe_pool.configure).
+  switch (`prefill_gpu`, in place of cutlass's `use_gpu_prefill`), its gate (`prefill_min_tokens`, as
+  lk_moe's sglang integration bridges LK_GPU_PREFILL_MIN_TOKENS), the layer's identity and the ring
+  depth from the config only, so `configure` sets them before the layer is built (the fork's builders
+  call it beside moe_pool.configure). Whether lk_moe registers the ring without a pool (pool_slots 0;
+  its driver says "slot_count == 0 is a valid config") is for the GPU run to show.
 
 Both drivers return their result in a buffer shared by every layer (or fp32): `gpu_prefill` gives
 the layer a copy of its own in the activation dtype. On lk_moe without `prefill_cutlass` (2.3) the
@@ -86,7 +89,9 @@ def configure(cfg: Any, layer_name: str, is_draft: bool, env: Mapping[str, str] 
         raise PrefillSettingError(f"{ENGINE_ENV}=triton: this lk_moe has no Triton prefill tier (it came with "
                                   f"lk_moe 2.7); unset {ENGINE_ENV}")
     window = mp.parse_positive_int(env.get(mp.PREFETCH_ENV), mp.PREFETCH_ENV, mp.DEFAULT_PREFETCH_WINDOW)
+    cfg.use_gpu_prefill = False  # LK_GPU_PREFILL_ENGINE picks one engine: no cutlass arena beside the ring
     cfg.prefill_gpu = True
+    cfg.prefill_min_tokens = mp.parse_positive_int(env.get(mp.PREFILL_MIN_ENV), mp.PREFILL_MIN_ENV, 0)
     cfg.layer_id = mp.layer_index(layer_name)
     cfg.role_draft = is_draft
     cfg.prefill_window = staging_window(window)
