@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ds4x.checkout import HOME
-from ds4x.deploy import measured_advice, pool_advice, script_reader
+from ds4x.deploy import measured_advice, pool_advice, prefill_advice, script_reader
 from ds4x.deploy.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanRequest
 from ds4x.deploy.script_reader import Launch
 from ds4x.errors import InputError
@@ -26,7 +26,7 @@ from vllm_ds4x.depth import config as depth_config
 from vllm_ds4x.depth import policy as draft_depth
 from vllm_ds4x.depth.named_policies import named_policies
 from vllm_ds4x.measure import analysis
-from vllm_ds4x.moe import engine_inputs, overlap_plan, pool
+from vllm_ds4x.moe import engine_inputs, overlap_plan, pool, prefill
 from vllm_ds4x.moe import placement as mp
 
 Compute = Callable[[PlanRequest], Plan]
@@ -165,6 +165,7 @@ def check(launch: Launch, args: PlanRequest, compute: Compute,
     _check_engine_env(launch, found, shape)
     _check_depth(launch, found, profile)
     if request:
+        request = _check_prefill(launch, request, args, compute, found)
         _check_pool(launch, request, compute, found, pool_hit_rate)
     found.errors.extend(script_reader.vllm_config_problems(launch.options))  # vLLM's own classes, where importable
     return found
@@ -243,6 +244,12 @@ def _script_request(launch: Launch, args: PlanRequest, errors: list[str]) -> Pla
     if pool.SLOTS_ENV in launch.env:  # the pool's VRAM comes out of the resident layers' (refused values: _check_engine_env)
         with contextlib.suppress(mp.PlacementError):
             changes["pool_slots"] = pool.pool_settings({pool.SLOTS_ENV: launch.env[pool.SLOTS_ENV]}).slots
+    with contextlib.suppress(mp.PlacementError):  # GPU prefill as the fork runs the script (refused: _check_engine_env)
+        on = prefill.prefill_settings(launch.env)
+        changes.update(gpu_prefill_min_batch=on.min_batch, prefill_engine=on.engine, prefetch_window=on.window)
+    tokens = _whole_or_none(launch.options.get("--max-num-batched-tokens", ""))
+    if tokens:  # "8k" and the like: vLLM's to read, the plan's default stands
+        changes["max_num_batched_tokens"] = tokens
     return replace(args, **changes)  # type: ignore[arg-type]  # each field's own type, by the table above
 
 
@@ -285,6 +292,9 @@ _ENGINE_ENV: dict[str, Callable[[str], object]] = {
     overlap_plan.ENV: overlap_plan.parse_level,
     overlap_plan.TOKENS_ENV: overlap_plan.parse_tokens,
     **{name: pool.setting_parser(name) for name in pool.NAMES},
+    prefill.ENGINE_ENV: prefill.parse_engine,
+    **{name: lambda value, name=name: prefill.check_sglang_name(name, value)  # type: ignore[misc]
+       for name in prefill.SGLANG_NAMES},
 }
 """the script's variables the fork parses at start-up, each with the fork's own parser"""
 
@@ -299,6 +309,11 @@ def _check_engine_env(launch: Launch, found: Findings, shape: mp.ModelShape | No
                 parse(launch.env[name])
             except ValueError as e:  # PlacementError, OverlapError
                 found.errors.append(str(e))
+    for name, fork_name in prefill.SGLANG_NAMES.items():
+        if name in launch.env:
+            instead = f"set {fork_name} instead" if fork_name else "the fork has nothing like it, so remove it"
+            found.warnings.append(f"{name}={launch.env[name][:40]}: lk_moe's name for its sglang integration; lk_moe "
+                                  f"takes it from its config only and the fork does not bridge it: {instead}")
     try:
         if mp.PREFILL_MIN_ENV in launch.env and "--max-num-batched-tokens" in launch.options:
             most = _whole_or_none(launch.options["--max-num-batched-tokens"])  # "8k" and the like: vLLM's to read
@@ -348,6 +363,64 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
         found.fixes.append(script_reader.Fix("--speculative-config", "draft_depth", advice.draft_depth, advice.message))
     _check_graphs(launch, found)
     _check_graph_depths(config, k, spec.get("draft_depth"), found, fixed=bool(advice))
+
+
+def _check_prefill(launch: Launch, args: PlanRequest, asked: PlanRequest, compute: Compute,
+                   found: Findings) -> PlanRequest:
+    """What GPU prefill costs the resident layers at the script's context: a note, or where the plan options ask
+    for it (--gpu-prefill-min-batch) and the script runs CPU prefill, a warning whose fixes turn it on with the
+    resident layers that then fit. The request the rest is checked at (with GPU prefill on where advised)."""
+    if compute(args).budget.for_resident_layers < 0:
+        return args  # _check_memory says it does not fit
+    on = _prefill_on(launch, args, asked, compute)
+    found_fit = prefill_advice.fit(on, compute)
+    said = prefill_advice.sentence(found_fit, args.max_model_len)
+    want, tokens = asked.gpu_prefill_min_batch, prefill_advice.batched_tokens(args)
+    if args.gpu_prefill_min_batch or not want or found_fit.with_prefill is None or want > tokens:
+        late = f"; --gpu-prefill-min-batch {want} is above the {tokens} tokens a step holds" if want > tokens else ""
+        found.notes.append(said + late)
+        return args
+    why = f"--gpu-prefill-min-batch {want} asks for GPU prefill: {said}"
+    found.warnings.append(f"{mp.PREFILL_MIN_ENV} is 0 (CPU prefill); {why}")
+    found.fix(script_reader.Fix(mp.PREFILL_MIN_ENV, "", str(want), why))
+    if on.prefill_engine != args.prefill_engine:
+        found.fix(script_reader.Fix(prefill.ENGINE_ENV, "", on.prefill_engine, why))
+    if on.prefetch_window != args.prefetch_window:
+        found.fix(script_reader.Fix(mp.PREFETCH_ENV, "", str(on.prefetch_window), why))
+    layers = compute(on).choice.layers
+    if _resident_count(launch, compute(args)) > len(layers):
+        found.fix(script_reader.Fix(mp.LAYERS_ENV, "", ",".join(map(str, layers)) or "none", why))
+    return on
+
+
+def _prefill_on(launch: Launch, args: PlanRequest, asked: PlanRequest, compute: Compute) -> PlanRequest:
+    """The script's request with GPU prefill on: as the script sets it, else as the plan options ask; where
+    the script sets no window, a triton ring of one layer if two would cost a resident layer (a resident
+    layer speeds every decode step; a second ring block only prefill, and only over fast PCIe, lk_moe says)."""
+    if args.gpu_prefill_min_batch:
+        return args
+    on = replace(args, gpu_prefill_min_batch=asked.gpu_prefill_min_batch or 1,
+                 prefill_engine=args.prefill_engine if prefill.ENGINE_ENV in launch.env else asked.prefill_engine,
+                 prefetch_window=args.prefetch_window if mp.PREFETCH_ENV in launch.env else asked.prefetch_window)
+    if mp.PREFETCH_ENV in launch.env or on.prefill_engine != "triton":
+        return on
+    narrow = replace(on, prefetch_window=1)
+    wide, one = compute(on), compute(narrow)
+    if wide.budget.for_resident_layers < 0 <= one.budget.for_resident_layers or \
+            len(one.choice.layers) > len(wide.choice.layers):
+        return narrow
+    return on
+
+
+def _resident_count(launch: Launch, plan: Plan) -> int:
+    """The resident layers the script asks for (auto: those that fit)."""
+    try:
+        selection = mp.parse_layers(launch.env.get(mp.LAYERS_ENV))
+    except mp.PlacementError:
+        return 0
+    if selection.mode == "all":
+        return len(plan.shape.moe_layers)
+    return len(plan.choice.layers) if selection.mode == "auto" else len(selection.layers)
 
 
 def _check_pool(launch: Launch, args: PlanRequest, compute: Compute, found: Findings, hit: float | None) -> None:

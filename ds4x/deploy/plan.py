@@ -14,12 +14,13 @@ import re
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ds4x import inputs
 from ds4x.checkout import EXAMPLE_CONFIG, HOME
-from ds4x.deploy import launch, script_reader, script_writer, wrap
+from ds4x.deploy import launch, prefill_advice, script_reader, script_writer, wrap
 from ds4x.deploy.planned import MAX_MODEL_LEN, MAX_PARALLEL, Plan, PlanCommand, PlanRequest
 from ds4x.errors import Ds4xError, InputError
 from ds4x.scratch import atomic_path
@@ -30,7 +31,7 @@ from vllm_ds4x.measure import analysis
 from vllm_ds4x.measure import cli as measure_cli
 from vllm_ds4x.measure import request as measure
 from vllm_ds4x.moe import placement as mp
-from vllm_ds4x.moe import pool
+from vllm_ds4x.moe import pool, prefill
 
 EXAMPLE = HOME.examples / EXAMPLE_CONFIG
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)", re.I)
@@ -158,6 +159,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool-slots", type=pool_slots, default=0, metavar="N",
                    help="lk_moe's GPU expert pool: slots per MoE layer, LK_POOL_SLOTS (docs/expert-pool.md; "
                         "default: 0, no pool)")
+    p.add_argument("--gpu-prefill-min-batch", type=bounded.count(0, MAX_MODEL_LEN), default=0, metavar="N",
+                   help="GPU prefill of lk_moe's layers for batches of N tokens or more, LVLLM_GPU_PREFILL_MIN_BATCH_SIZE "
+                        "(default: 0, CPU prefill); with --check-launch: asks for it, and --write sets it")
+    p.add_argument("--prefill-engine", choices=prefill.ENGINES, default="cutlass",
+                   help="lk_moe's GPU prefill engine, LK_GPU_PREFILL_ENGINE (default: cutlass, lk_moe's)")
+    p.add_argument("--prefetch-window", type=bounded.count(0, 999_999_999), default=mp.DEFAULT_PREFETCH_WINDOW,
+                   metavar="N", help=f"LVLLM_GPU_PREFETCH_WINDOW: the triton engine's staging ring, in whole layers "
+                                     f"of experts, at most {prefill.MAX_RING} (default: {mp.DEFAULT_PREFETCH_WINDOW})")
+    p.add_argument("--max-num-batched-tokens", type=bounded.count(1, MAX_MODEL_LEN), metavar="N",
+                   help=f"vllm serve's, for GPU prefill's scratch (default: vLLM's, {prefill.SMALL_GPU_TOKENS} below "
+                        f"{prefill.LARGE_GPU // 2**30} GiB of --gpu-mem, else {prefill.LARGE_GPU_TOKENS})")
     p.add_argument("--plot", type=png, help="write a PNG of the decode ceiling against resident layers")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--launch", type=inputs.output_file, metavar="FILE",
@@ -212,7 +224,9 @@ def compute(args: PlanRequest) -> Plan:
                          max_model_len=args.max_model_len, kv_dtype=args.kv_cache_dtype,
                          tp_size=args.tp, pp_size=args.pp,
                          reserve_bytes=args.reserve, draft_resident=not args.cpu_draft_layers,
-                         pool_bytes=pool.budget_pool_bytes(slots, shape, args.tp))
+                         pool_bytes=pool.budget_pool_bytes(slots, shape, args.tp),
+                         prefill_bytes=prefill.prefill_bytes(prefill_advice.settings(args), shape,
+                                                            prefill_advice.batched_tokens(args), args.tp))
     except (mp.PlacementError, KeyError, TypeError, ValueError, ZeroDivisionError) as e:
         problem = f"missing field {e}" if isinstance(e, KeyError) else str(e)[:200]
         raise InputError(f"{args.config}: {problem}", "check the config.json and the plan options") from None
@@ -252,6 +266,7 @@ def table(args: PlanRequest, result: Plan) -> str:
         (f"draft layers ({shape.num_draft_layers}, {'CPU' if args.cpu_draft_layers else 'GPU'})", f"{plan.draft_layers / gib:.2f} GiB"),
         *([(f"expert pool ({args.pool_slots} slots x {len(shape.moe_layers)} layers x "
             f"{shape.expert_bytes / 2**20:.2f} MiB, at most)", f"{plan.pool / gib:.2f} GiB")] if args.pool_slots else []),
+        *_prefill_rows(args, result),
         ("left for resident MoE layers", f"{plan.for_resident_layers / gib:.2f} GiB"),
         (f"MoE layer ({shape.n_routed_experts} experts x {shape.expert_bytes / 2**20:.2f} MiB)", f"{shape.layer_bytes_per_gpu(args.tp) / gib:.2f} GiB per GPU"),
         ("resident layers that fit", f"{fits}: {','.join(map(str, choice.layers)) or 'none'}"),
@@ -266,10 +281,24 @@ def table(args: PlanRequest, result: Plan) -> str:
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
     lines.append(f"why: {choice.reason}")
+    if plan.for_resident_layers >= 0:
+        on = replace(args, gpu_prefill_min_batch=args.gpu_prefill_min_batch or 1)
+        lines.append(prefill_advice.sentence(prefill_advice.fit(on, compute), args.max_model_len))
     lines.append(f"RAM bandwidth {args.ram_bandwidth / 1e9:.1f} GB/s, {verify_tokens(args)} token(s) verified per request "
                  f"and step; the decode ceilings count every verified token as accepted, the --acceptance row the "
                  f"expected accepted ones")
     return "\n".join(lines)
+
+
+def _prefill_rows(args: PlanRequest, result: Plan) -> list[tuple[str, str]]:
+    """The GPU-prefill lines of the ledger, while it is on."""
+    on = prefill_advice.settings(args)
+    if not on.on:
+        return []
+    shape, tokens = result.shape, prefill_advice.batched_tokens(args)
+    staging, scratch = prefill.staging_bytes(on, shape, args.tp), prefill.scratch_bytes(on, shape, tokens, args.tp)
+    return [(f"GPU prefill staging ({on.engine}, {on.ring} layer(s) of experts)", f"{staging / mp.GIB:.2f} GiB"),
+            (f"GPU prefill scratch ({tokens} tokens a step)", f"{scratch / mp.GIB:.2f} GiB")]
 
 
 def plot(path: Path, ceiling: list[float], fits: int) -> None:
@@ -366,6 +395,10 @@ def main(command: PlanCommand) -> int:
     if given:
         raise InputError(f"--{given[0].replace('_', '-')} applies to --check-launch only",
                          "add --check-launch SCRIPT, or leave it out")
+    tokens = prefill_advice.batched_tokens(request)
+    if request.gpu_prefill_min_batch > tokens:
+        raise InputError(f"--gpu-prefill-min-batch {request.gpu_prefill_min_batch} exceeds --max-num-batched-tokens "
+                         f"{tokens}: GPU prefill would never run", "lower it, or raise --max-num-batched-tokens")
     measuring = command.measure
     _check_outputs(command, {"--launch": command.launch, "--plot": command.plot,
                              "--profile-out": measuring.profile_out if measuring else None})
@@ -390,7 +423,7 @@ def plan_json(request: PlanRequest, result: Plan) -> dict[str, Any]:
     """--json: the budget, the resident layers and the ceilings (null where unbounded)."""
     plan, choice = result.budget, result.choice
     return {"usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
-            "reserve": plan.reserve, "draft_layers": plan.draft_layers, "pool": plan.pool,
+            "reserve": plan.reserve, "draft_layers": plan.draft_layers, "pool": plan.pool, "prefill": plan.prefill,
             "for_resident_layers": plan.for_resident_layers, "fits": plan.for_resident_layers >= 0,
             "resident": list(choice.layers), "ceiling_all_cpu": _finite(result.ceiling[0]),
             "ceiling_resident": _finite(result.ceiling[len(choice.layers)]),
@@ -403,9 +436,11 @@ def _refuse_what_does_not_fit(plan: mp.Budget) -> None:
         gib = mp.GIB
         need = plan.usable - plan.for_resident_layers
         raise Ds4xError(
-            f"the model does not fit: {need / gib:.2f} GiB needed (weights, KV cache, reserve, draft layers), "
+            f"the model does not fit: {need / gib:.2f} GiB needed (weights, KV cache, reserve, draft layers"
+            f"{', expert pool' if plan.pool else ''}{', GPU prefill' if plan.prefill else ''}), "
             f"{plan.usable / gib:.2f} GiB usable on the GPU",
-            "lower --max-model-len, use --cpu-draft-layers, raise --tp, or a larger GPU",
+            f"lower --max-model-len, use --cpu-draft-layers{', fewer --pool-slots' if plan.pool else ''}"
+            f"{', --prefetch-window 1 or CPU prefill' if plan.prefill else ''}, raise --tp, or a larger GPU",
         )
 
 

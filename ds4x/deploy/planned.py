@@ -38,6 +38,14 @@ class PlanRequest:
     routing_stats: Path | None
     pool_slots: int
     """lk_moe's expert-pool slots per MoE layer (LK_POOL_SLOTS; 0: no pool)"""
+    gpu_prefill_min_batch: int
+    """LVLLM_GPU_PREFILL_MIN_BATCH_SIZE: GPU prefill from this many tokens (0: CPU prefill)"""
+    prefill_engine: str
+    """LK_GPU_PREFILL_ENGINE: cutlass or triton"""
+    prefetch_window: int
+    """LVLLM_GPU_PREFETCH_WINDOW: the triton engine's staging ring depth (clamped to 1..2)"""
+    max_num_batched_tokens: int | None
+    """vllm serve's --max-num-batched-tokens; None: its default for --gpu-mem"""
     num_speculative_tokens: int
     acceptance: tuple[float, ...]
     """at depth K: reasoning, answer"""

@@ -14,6 +14,7 @@ from vllm_ds4x import bounded
 from vllm_ds4x.config_views import VllmConfigView
 from vllm_ds4x.moe import placement as mp
 from vllm_ds4x.moe.pool import budget_pool_bytes, pool_settings
+from vllm_ds4x.moe.prefill import prefill_bytes, prefill_settings
 
 
 def draft_layers(vllm_config: VllmConfigView) -> int:
@@ -55,6 +56,8 @@ def engine_budget(vllm_config: VllmConfigView, gpu_bytes: int,
     shape = mp.model_shape(vllm_config.model_config.hf_text_config.to_dict(),
                            num_draft_layers=draft_layers(vllm_config))
     parallel = vllm_config.parallel_config
+    prefill = prefill_settings(os.environ)
+    tokens = vllm_config.scheduler_config.max_num_batched_tokens if prefill.on else 0
     return shape, mp.budget(
         shape,
         gpu_bytes=gpu_bytes,
@@ -65,6 +68,7 @@ def engine_budget(vllm_config: VllmConfigView, gpu_bytes: int,
         pp_size=parallel.pipeline_parallel_size,
         draft_resident=draft_resident,
         pool_bytes=budget_pool_bytes(pool_settings(os.environ), shape, parallel.tensor_parallel_size),
+        prefill_bytes=prefill_bytes(prefill, shape, tokens, parallel.tensor_parallel_size),
     )
 
 

@@ -336,10 +336,12 @@ class Budget:
     reserve: int
     draft_layers: int
     pool: int = 0  # lk_moe's expert pool (vllm_ds4x.moe.pool), when LK_POOL_SLOTS asks for one
+    prefill: int = 0  # GPU prefill's staging and scratch (vllm_ds4x.moe.prefill), when it is on
 
     @property
     def for_resident_layers(self) -> int:
-        return self.usable - self.non_expert - self.kv_cache - self.reserve - self.draft_layers - self.pool
+        return (self.usable - self.non_expert - self.kv_cache - self.reserve - self.draft_layers - self.pool
+                - self.prefill)
 
 
 def budget(
@@ -354,6 +356,7 @@ def budget(
     reserve_bytes: int = int(1.5 * GIB),
     draft_resident: bool = True,
     pool_bytes: int = 0,
+    prefill_bytes: int = 0,
 ) -> Budget:
     """Weights and KV are split across TP ranks and PP stages; layers per GPU are a
     layer's bytes / tp. The KV pool holds max_model_len tokens once, as vLLM sizes it:
@@ -368,6 +371,7 @@ def budget(
         reserve=reserve_bytes,
         draft_layers=drafts,
         pool=pool_bytes,
+        prefill=prefill_bytes,
     )
 
 
@@ -474,7 +478,9 @@ def place(
             f"{LAYERS_ENV}: {len(layers)} resident layer(s) need {need / GIB:.2f} GiB but only "
             f"{plan.for_resident_layers / GIB:.2f} GiB is left ({plan.usable / GIB:.2f} usable - "
             f"{plan.non_expert / GIB:.2f} weights - {plan.kv_cache / GIB:.2f} KV cache - "
-            f"{plan.draft_layers / GIB:.2f} draft layers - {plan.reserve / GIB:.2f} reserve); "
+            f"{plan.draft_layers / GIB:.2f} draft layers - {plan.reserve / GIB:.2f} reserve"
+            f"{f' - {plan.pool / GIB:.2f} expert pool' if plan.pool else ''}"
+            f"{f' - {plan.prefill / GIB:.2f} GPU prefill' if plan.prefill else ''}); "
             f"use auto, fewer layers, a shorter max-model-len or {DRAFT_ENV}=0"
         )
     return Placement(resident=frozenset(layers), draft_resident=draft_resident,
