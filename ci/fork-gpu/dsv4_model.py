@@ -258,7 +258,7 @@ class RouteCheck:
     """Counts, per routed layer, the eager MoE calls' rows whose top-k experts are their token's in
     `routing` (a forward hook on each DeepseekV4MoE: prefill runs eager, decode graphs run no hook)."""
 
-    rows: ClassVar[dict[int, list[int]]] = {}  # layer -> [rows agreeing, rows seen]
+    rows: ClassVar[dict[int, list[float]]] = {}  # layer -> [rows agreeing, seen, experts agreeing, cosines]
 
     @classmethod
     def install(cls, model: torch.nn.Module, knobs: dict[str, float]) -> None:
@@ -270,20 +270,28 @@ class RouteCheck:
 
     @classmethod
     def _hook(cls, layer: int, table: torch.Tensor):
+        embed = _embedding()
         def check(module, args, kwargs, _output) -> None:
             hidden, ids = args[0], args[1] if len(args) > 1 else kwargs.get("input_ids")
             if ids is None or (hidden.is_cuda and torch.cuda.is_current_stream_capturing()):
                 return
             top = module.gate(hidden)[0].float().topk(table.size(1), dim=-1).indices.sort(dim=-1).values
             want = table.to(top.device)[ids.long()].sort(dim=-1).values
-            seen = cls.rows.setdefault(layer, [0, 0])
+            seen = cls.rows.setdefault(layer, [0, 0, 0, 0.0])
             seen[0] += int((top == want).all(dim=-1).sum())
             seen[1] += int(ids.numel())
+            seen[2] += int((top.unsqueeze(-1) == want.unsqueeze(-2)).any(-1).sum())
+            unit = hidden.float() / hidden.float().norm(dim=-1, keepdim=True)
+            seen[3] += float((unit * embed.to(hidden.device)[ids.long()]).sum())  # the input's cosine to its token
         return check
 
     @classmethod
-    def agreement(cls) -> dict[str, float]:
-        return {str(layer): ok / seen for layer, (ok, seen) in sorted(cls.rows.items()) if seen}
+    def agreement(cls) -> dict[str, dict[str, float]]:
+        """Per layer: the share of rows routed exactly as the table says, and of their experts; the
+        MoE input's mean cosine to its token's embedding (what the gate's construction relies on)."""
+        return {str(layer): {"rows": ok / seen, "experts": shared / (seen * CONFIG["num_experts_per_tok"]),
+                             "cosine": cosine / seen}
+                for layer, (ok, seen, shared, cosine) in sorted(cls.rows.items()) if seen}
 
 
 def init_weights(model: torch.nn.Module) -> None:

@@ -101,6 +101,22 @@ def prompts(tokenizer) -> dict[str, list[list[int]]]:
             "answer": [answer, [*answer, ANSWER_CYCLE[90]]]}
 
 
+WALK = os.environ.get("E2E_WALK") == "1"
+WALKED = dict.fromkeys(CYCLES, 0)  # where each phase's cycle stopped
+
+
+def walked(phase: str, n: int, prompt_ids: list[list[int]]) -> list[list[int]]:
+    """E2E_WALK=1 (E2E_MODES=pool): a one-request cell continues its phase's cycle where the phase's
+    last cell stopped (its prompt ends on that token), so that the cells read as one long generation,
+    never the same stretch of tokens (and of experts, which a pool would then hold from the cell
+    before) twice running; every engine of the run walks the same positions in the same order."""
+    if not WALK or n != 1 or phase not in CYCLES:
+        return prompt_ids
+    cycle, at = CYCLES[phase], WALKED[phase]
+    WALKED[phase] = (at + TOKENS) % len(cycle)
+    return [[*prompt_ids[0], cycle[at]]]
+
+
 def cell_plan(texts: dict[str, list[list[int]]]) -> list[tuple[str, int, list[list[int]], int]]:
     """A round's cells before the policies: (phase, requests, prompts, draw) per phase and request
     count (draw 0), then each mixed batch (phase "mixed") MIXED_DRAWS times (draws 0, 1, ...), its
@@ -365,10 +381,10 @@ def main() -> dict:
                 if scheduling:
                     scheduling.use(name, config)
                 before = accepted(spec_metrics(llm))
-                pooled = pool_counters()
-                cell = run_cell(llm, log, prompt_ids, ids, budgets=budgets)
+                counted = pool_counters()
+                cell = run_cell(llm, log, walked(phase, n, prompt_ids), ids, budgets=budgets)
                 after = accepted(spec_metrics(llm))
-                cell.update(pool_delta(pooled, pool_counters()))
+                cell.update(pool_delta(counted, pool_counters()))
                 cell.update(round=round_, phase=phase, requests=n, policy=name,
                             draft_tokens=after[0] - before[0], accepted_tokens=after[1] - before[1])
                 if phase == MIXED_PHASE:

@@ -4,6 +4,7 @@ here as the engine builds it and routed on the token embeddings the MoE input fo
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -13,7 +14,9 @@ import pytest
 
 from tests.scripts import load_script
 
-torch = pytest.importorskip("torch", reason="dsv4_model.py builds its weights with torch")
+pytest.importorskip("torch", reason="dsv4_model.py builds its weights with torch")
+import torch
+
 HARNESS = Path(__file__).resolve().parents[2] / "ci" / "fork-gpu"
 KNOBS = {"reuse": 0.38, "skew": 0.8}
 
@@ -46,15 +49,15 @@ def test_a_layers_table_is_seeded_distinct_and_repeats_the_predecessor_at_the_as
     assert table == M.routing(1, KNOBS) and table != M.routing(2, KNOBS)
     assert all(len(set(row)) == 6 and all(0 <= e < 256 for e in row) for row in table)
     cycle = M.CYCLES["reasoning"]
-    shared = [len(set(table[a]) & set(table[b])) / 6 for a, b in zip(cycle, cycle[1:], strict=False)]
+    shared = [len(set(table[a]) & set(table[b])) / 6 for a, b in itertools.pairwise(cycle)]
     assert 0.38 <= sum(shared) / len(shared) <= 0.5
     random = M.routing(1, {"reuse": 0.0, "skew": 0.0})
-    shared0 = [len(set(random[a]) & set(random[b])) / 6 for a, b in zip(cycle, cycle[1:], strict=False)]
+    shared0 = [len(set(random[a]) & set(random[b])) / 6 for a, b in itertools.pairwise(cycle)]
     assert sum(shared0) / len(shared0) < 0.06
 
 
 @pytest.mark.parametrize("knobs", [KNOBS, {"reuse": 0.0, "skew": 0.0}])
-def test_the_gate_routes_each_token_embedding_to_its_tables_experts(M: ModuleType, knobs: dict) -> None:
+def test_the_gate_routes_each_token_embedding_to_its_tables_experts(M: ModuleType, knobs: dict[str, float]) -> None:
     """The MoE input near 64 x the token's embedding direction (RMSNorm's scale), bf16 weights, some
     noise: the gate's top 6 are the table's for every token, by a margin."""
     gate = torch.zeros(256, 4096)
@@ -68,22 +71,14 @@ def test_the_gate_routes_each_token_embedding_to_its_tables_experts(M: ModuleTyp
     assert float((ranked[:, 5] - ranked[:, 6]).min()) > 5.0
 
 
-class _Gate(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(256, 4096))
-
-    def forward(self, x: Any) -> tuple[Any, None]:
-        return x @ self.weight.T, None
-
-
-class _Ffn(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.gate = _Gate()
-
-    def forward(self, hidden: Any, input_ids: Any = None) -> Any:
-        return hidden
+def _ffn() -> Any:
+    """A DeepseekV4MoE as the hook sees it: a gate returning (logits, bias), forward(hidden, input_ids)."""
+    ffn = torch.nn.Module()
+    ffn.gate = torch.nn.Module()
+    ffn.gate.weight = torch.nn.Parameter(torch.zeros(256, 4096))
+    ffn.gate.forward = lambda x: (x @ ffn.gate.weight.T, None)
+    ffn.forward = lambda hidden, input_ids=None: hidden
+    return ffn
 
 
 def _target(layers: int) -> torch.nn.Module:
@@ -92,7 +87,7 @@ def _target(layers: int) -> torch.nn.Module:
     model.model.layers = torch.nn.ModuleList()
     for _ in range(layers):
         layer = torch.nn.Module()
-        layer.ffn = _Ffn()
+        layer.ffn = _ffn()
         model.model.layers.append(layer)
     return model
 
@@ -109,7 +104,10 @@ def test_route_check_counts_the_rows_routed_as_the_table_says(M: ModuleType) -> 
     model.model.layers[2].ffn(hidden, ids)
     model.model.layers[0].ffn(hidden, ids)
     model.model.layers[3].ffn(hidden)
-    assert M.RouteCheck.agreement() == {"1": 1.0, "2": 0.0}
+    agreement = M.RouteCheck.agreement()
+    assert set(agreement) == {"1", "2"} and agreement["1"]["rows"] == 1.0 and agreement["1"]["experts"] == 1.0
+    assert agreement["1"]["cosine"] == pytest.approx(1.0, abs=1e-4)
+    assert agreement["2"]["rows"] == 0.0 and agreement["2"]["experts"] < 0.5
 
 
 @pytest.fixture
@@ -134,10 +132,8 @@ def test_pool_delta_counts_between_reads_and_nothing_without_a_pool(E: ModuleTyp
 def test_routing_record_measures_the_cells_tokens_through_the_table(E: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
     """One request's reasoning tokens, walked in cycle order: the measured reuse is the table's, and
     three tokens touch more distinct experts than two, two more than one (6)."""
-    import dsv4_model
-
     monkeypatch.setenv("DSV4_ROUTING", "reuse=0.38,skew=0.8")
-    cells = [{"requests": 1, "tokens": [list(dsv4_model.CYCLES["reasoning"][:64])]},
+    cells = [{"requests": 1, "tokens": [list(E.CYCLES["reasoning"][:64])]},
              {"requests": 2, "tokens": [[1, 2], [3, 4]]}]  # a two-request cell is not one stream: left out
     record = E.routing_record(cells)
     measured = record["measured"]
@@ -146,3 +142,18 @@ def test_routing_record_measures_the_cells_tokens_through_the_table(E: ModuleTyp
     assert 0.3 < measured["reuse"] < 0.55
     monkeypatch.delenv("DSV4_ROUTING")
     assert E.routing_record(cells) == {"router": "random"}
+
+
+def test_walk_continues_each_phases_cycle_cell_after_cell(E: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """E2E_WALK=1: each one-request cell's prompt ends where its phase's last cell stopped, a cycle's
+    length wrapping; two-request cells and E2E_WALK unset keep their prompts."""
+    monkeypatch.setattr(E, "WALK", True)
+    monkeypatch.setattr(E, "WALKED", {"reasoning": 0, "answer": 0})
+    cycle = E.CYCLES["reasoning"]
+    firsts = [E.walked("reasoning", 1, [[7, 8]])[0] for _ in range(4)]
+    assert [f[:2] for f in firsts] == [[7, 8]] * 4
+    assert [f[2] for f in firsts] == [cycle[(i * E.TOKENS) % len(cycle)] for i in range(4)]
+    assert E.walked("answer", 1, [[9]]) == [[9, E.CYCLES["answer"][0]]]
+    assert E.walked("reasoning", 2, [[1], [2]]) == [[1], [2]]
+    monkeypatch.setattr(E, "WALK", False)
+    assert E.walked("reasoning", 1, [[7]]) == [[7]]
