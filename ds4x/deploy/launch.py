@@ -309,6 +309,11 @@ def _check_engine_env(launch: Launch, found: Findings, shape: mp.ModelShape | No
                 parse(launch.env[name])
             except ValueError as e:  # PlacementError, OverlapError
                 found.errors.append(str(e))
+    with contextlib.suppress(mp.PlacementError):  # a value refused above is reported already
+        if pool.pool_settings(launch.env).on and prefill.prefill_settings(launch.env).on:
+            found.errors.append(f"{pool.SLOTS_ENV}={launch.env[pool.SLOTS_ENV]} with GPU prefill ({mp.PREFILL_MIN_ENV}="
+                                f"{launch.env[mp.PREFILL_MIN_ENV]}): the engine refuses both at start-up (lk_moe's "
+                                f"GPU prefill borrows the pool's VRAM, which ds4x does not bracket yet); set one to 0")
     for name, fork_name in prefill.SGLANG_NAMES.items():
         if name in launch.env:
             instead = f"set {fork_name} instead" if fork_name else "the fork has nothing like it, so remove it"
@@ -370,8 +375,8 @@ def _check_prefill(launch: Launch, args: PlanRequest, asked: PlanRequest, comput
     """What GPU prefill costs the resident layers at the script's context: a note, or where the plan options ask
     for it (--gpu-prefill-min-batch) and the script runs CPU prefill, a warning whose fixes turn it on with the
     resident layers that then fit. The request the rest is checked at (with GPU prefill on where advised)."""
-    if compute(args).budget.for_resident_layers < 0:
-        return args  # _check_memory says it does not fit
+    if compute(args).budget.for_resident_layers < 0 or args.pool_slots:
+        return args  # _check_memory says it does not fit; _check_engine_env refuses GPU prefill beside the pool
     on = _prefill_on(launch, args, asked, compute)
     found_fit = prefill_advice.fit(on, compute)
     said = prefill_advice.sentence(found_fit, args.max_model_len)
@@ -428,8 +433,8 @@ def _check_pool(launch: Launch, args: PlanRequest, compute: Compute, found: Find
     depths the script runs after the draft-depth advice; --write sets the winner where the script differs."""
     plan = compute(replace(args, pool_slots=0))
     policy = _pool_policy(launch, found)
-    if plan.budget.for_resident_layers < 0 or policy is None:
-        return
+    if plan.budget.for_resident_layers < 0 or policy is None or args.gpu_prefill_min_batch:
+        return  # GPU prefill beside the pool: the engine refuses it (_check_engine_env)
     space = pool_advice.room(plan.shape, plan.budget.for_resident_layers, args.tp, plan.choice.layers)
     advice = pool_advice.advise(plan.shape, space, policy, hit, HOME.root)
     if advice is None:

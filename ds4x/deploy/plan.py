@@ -281,7 +281,7 @@ def table(args: PlanRequest, result: Plan) -> str:
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
     lines.append(f"why: {choice.reason}")
-    if plan.for_resident_layers >= 0:
+    if plan.for_resident_layers >= 0 and not args.pool_slots:  # GPU prefill beside the pool: refused (main)
         on = replace(args, gpu_prefill_min_batch=args.gpu_prefill_min_batch or 1)
         lines.append(prefill_advice.sentence(prefill_advice.fit(on, compute), args.max_model_len))
     lines.append(f"RAM bandwidth {args.ram_bandwidth / 1e9:.1f} GB/s, {verify_tokens(args)} token(s) verified per request "
@@ -396,6 +396,10 @@ def main(command: PlanCommand) -> int:
         raise InputError(f"--{given[0].replace('_', '-')} applies to --check-launch only",
                          "add --check-launch SCRIPT, or leave it out")
     tokens = prefill_advice.batched_tokens(request)
+    if request.gpu_prefill_min_batch and request.pool_slots:
+        raise InputError(f"--gpu-prefill-min-batch {request.gpu_prefill_min_batch} with --pool-slots "
+                         f"{request.pool_slots}: the engine refuses GPU prefill beside the expert pool (lk_moe's "
+                         f"prefill borrows the pool's VRAM, which ds4x does not bracket yet)", "give one of them")
     if request.gpu_prefill_min_batch > tokens:
         raise InputError(f"--gpu-prefill-min-batch {request.gpu_prefill_min_batch} exceeds --max-num-batched-tokens "
                          f"{tokens}: GPU prefill would never run", "lower it, or raise --max-num-batched-tokens")

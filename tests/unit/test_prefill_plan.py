@@ -199,3 +199,14 @@ def test_asked_above_the_step_is_a_note_and_no_change(tmp_path: Path, capsys: py
     code, said = check(script, capsys, "--gpu-prefill-min-batch", "2049", "--write", str(out))
     assert code == 0 and prefill_lines(said)[0].startswith("note: ") and "above the 2048 tokens" in said
     assert mp.PREFILL_MIN_ENV not in script_reader.read(out.read_text()).env
+
+
+def test_gpu_prefill_beside_the_pool_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The engine's hook (vllm_ds4x.hooks.moe_prefill.configure) refuses both: so do plan and the check."""
+    assert main(["plan", "--gpu-prefill-min-batch", "1024", "--pool-slots", "6"]) == 2
+    assert "the engine refuses GPU prefill beside the expert pool" in capsys.readouterr().err
+    script = users_script(tmp_path, env=f"export {mp.PREFILL_MIN_ENV}=1024\nexport LK_POOL_SLOTS=6\n")
+    script.write_text(script.read_text().replace("LAYERS=0,1", "LAYERS=none"))
+    code, out = check(script, capsys, "--pool-hit-rate", "0.5")
+    errors = [line for line in out.splitlines() if line.startswith("error: LK_POOL_SLOTS=6 with GPU prefill")]
+    assert code == 1 and len(errors) == 1 and "expert pool or whole layers" not in out, out
