@@ -16,20 +16,23 @@ MIB = 1 << 20
 # one DeepSeek-V4-Flash MXFP4 layer (hidden 4096, intermediate 2048): gate, up, down, 4 MiB of
 # weights and 256 KiB of e8m0 scales each, as lk_moe 2.7.4's pool_layer_info() gives them
 DSV4 = {"layer": 3, "has_gate": True, "slot_weight_bytes": [4 * MIB] * 3, "slot_scale_bytes": [MIB // 4] * 3}
-# every key lk_moe 2.7.4's pool_stats() returns, in its order
-STATS_KEYS = ("enabled", "hits", "misses", "pumps", "oom", "stalls", "verify_fail", "not_ready", "stale_slot",
-              "tag_bad", "publish_bad", "publish_lag", "cover_miss", "cover_dup", "hit_rate")
+# every key lk_moe 2.7.4's pool_stats() returns, in its order (read from the wheel on CPU: enabled is a
+# bool, hit_rate a float, the rest ints)
+STATS_KEYS = ("enabled", "hits", "misses", "pumps", "bytes", "oom", "stalls", "verify_fail", "resident", "not_ready",
+              "stale_slot", "tag_bad", "publish_bad", "publish_lag", "cover_miss", "cover_dup", "hit_rate")
 
 
-def lk_stats(hits: int, misses: int, pumps: int, cover_miss: int = 0, cover_dup: int = 0) -> dict[str, Any]:
+def lk_stats(hits: int, misses: int, pumps: int, cover_miss: int = 0, cover_dup: int = 0,
+             per_pump: int = 100) -> dict[str, Any]:
     stats: dict[str, Any] = dict.fromkeys(STATS_KEYS, 0)
-    stats.update(enabled=1, hits=hits, misses=misses, pumps=pumps, cover_miss=cover_miss, cover_dup=cover_dup,
-                 hit_rate=hits / (hits + misses) if hits + misses else 0.0, stalls=7, publish_lag=2)
+    stats.update(enabled=True, hits=hits, misses=misses, pumps=pumps, bytes=pumps * per_pump, cover_miss=cover_miss,
+                 cover_dup=cover_dup, hit_rate=hits / (hits + misses) if hits + misses else 0.0, stalls=7,
+                 publish_lag=2, resident=12)
     return stats
 
 
 def at(epoch: str, hits: int, misses: int, pumps: int, cover_miss: int = 0) -> pm.PoolTotals:
-    return pm.totals(lk_stats(hits, misses, pumps, cover_miss), 100, 5 * MIB, epoch)
+    return pm.totals(lk_stats(hits, misses, pumps, cover_miss), 0, 5 * MIB, epoch)
 
 
 def test_a_slot_is_one_experts_weights_and_scales() -> None:
@@ -44,12 +47,18 @@ def test_a_pump_moves_one_slot_and_layers_that_differ_count_at_their_mean() -> N
     assert pm.bytes_per_pump({0: 300, 1: 100}) == 200
 
 
-def test_totals_take_lk_moes_counts_and_count_the_bytes_pumped() -> None:
-    got = pm.totals(lk_stats(hits=40, misses=60, pumps=9, cover_dup=1), 13 * MIB, 77, "e")
-    assert got == pm.PoolTotals(epoch="e", hits=40, misses=60, pumps=9, pumped_bytes=9 * 13 * MIB, cover_miss=0,
+def test_totals_take_lk_moes_counts_and_its_own_bytes() -> None:
+    stats = {**lk_stats(hits=40, misses=60, pumps=9, cover_dup=1), "bytes": 1234}
+    got = pm.totals(stats, 13 * MIB, 77, "e")
+    assert got == pm.PoolTotals(epoch="e", hits=40, misses=60, pumps=9, pumped_bytes=1234, cover_miss=0,
                                 cover_dup=1, device_bytes=77)
-    assert pm.totals({"hits": 3.0}, 10, 0, "e") == pm.PoolTotals(epoch="e", hits=3)  # an older lk_moe's fewer keys
     assert {f.name for f in fields(pm.PoolTotals)} == {"epoch", "device_bytes", *pm.COUNTERS}
+
+
+def test_without_lk_moes_bytes_a_pump_counts_one_slot() -> None:
+    stats = {k: v for k, v in lk_stats(hits=40, misses=60, pumps=9).items() if k != "bytes"}
+    assert pm.totals(stats, 13 * MIB, 0, "e").pumped_bytes == 9 * 13 * MIB
+    assert pm.totals({"hits": 3.0}, 10, 0, "e") == pm.PoolTotals(epoch="e", hits=3)  # fewer keys: 0
 
 
 def test_increments_are_what_each_count_grew_by() -> None:
@@ -159,12 +168,12 @@ def test_the_reader_hands_on_counts_only_when_they_changed() -> None:
     lk.stats = lk_stats(hits=5, misses=7, pumps=2)
     first = reader.snapshot()
     assert first is not None and (first.hits, first.misses, first.pumps) == (5, 7, 2)
-    assert first.pumped_bytes == 2 * pm.slot_bytes(DSV4) and first.device_bytes == 64 * MIB and first.epoch
+    assert first.pumped_bytes == 200 and first.device_bytes == 64 * MIB and first.epoch
     assert reader.snapshot() is None  # nothing counted since
     lk.stats = lk_stats(hits=6, misses=7, pumps=2)
     again = reader.snapshot()
     assert again is not None and again.hits == 6 and again.epoch == first.epoch
-    lk.stats = {**lk_stats(hits=9, misses=9, pumps=9), "enabled": 0}
+    lk.stats = {**lk_stats(hits=9, misses=9, pumps=9), "enabled": False}
     assert reader.snapshot() is None  # lk_moe says its pool is off
 
 
@@ -179,3 +188,12 @@ def test_a_new_reader_is_a_new_epoch() -> None:
         assert got is not None
         epochs.add(got.epoch)
     assert len(epochs) == 2
+
+
+def test_the_reader_counts_a_slot_a_pump_from_an_lk_moe_without_bytes() -> None:
+    lk = Lk()
+    lk.stats = {k: v for k, v in lk_stats(hits=1, misses=1, pumps=3).items() if k != "bytes"}
+    reader = pm.Reader(lk.pool_stats, lk.device)
+    reader.add_layer(3, DSV4)
+    got = reader.snapshot()
+    assert got is not None and got.pumped_bytes == 3 * pm.slot_bytes(DSV4)

@@ -74,7 +74,7 @@ def attach(experts: Any, is_draft: bool) -> None:
     half.warm()
     experts.ds4x_pool = half
     experts.lk_moe.pool_gpu_report(True)
-    pool_metrics.add_layer(int(experts.lk_moe_config.layer_id), info)  # its slots' bytes, for the bytes pumped
+    pool_metrics.add_layer(int(experts.lk_moe_config.layer_id), info)  # /metrics reads lk_moe's counts where a layer pools
 
 
 POOL_ROWS = 2

@@ -7,7 +7,7 @@ Prometheus counters (beside vLLM's own; labels ``model_name`` and ``engine`` lik
     vllm:lk_moe_pool_hits_total          routed experts a pooled layer found in a landed VRAM slot (the GPU computed them)
     vllm:lk_moe_pool_misses_total        routed experts it found in none (the CPU computed them)
     vllm:lk_moe_pool_pumps_total         experts the pool's DMA worker copied into a slot
-    vllm:lk_moe_pool_pumped_bytes_total  the bytes those copies moved: pumps x one slot's bytes (weights and scales)
+    vllm:lk_moe_pool_pumped_bytes_total  the bytes those copies moved (lk_moe's own count)
     vllm:lk_moe_pool_cover_miss_total    lk_moe's own exactly-once checks: experts neither half computed,
     vllm:lk_moe_pool_cover_dup_total     and experts both halves computed; both should stay 0
 
@@ -16,10 +16,10 @@ staging ring: ``lk_moe.get_device_mem_usage()``).
 
 All layers together: lk_moe 2.7.4 counts its pool once per process (``lk_moe.pool_stats()``), not per
 layer, and a layer's ``pool_layer_info()`` gives its slots' geometry but no counts, so there is no
-per-layer hit ratio. lk_moe reports no bytes either (its ``[pool]`` log line's ``B=`` is not in
-``pool_stats()``): one slot's bytes come from each pooled layer's ``pool_layer_info()``
-(``slot_weight_bytes`` plus ``slot_scale_bytes`` over its parts), the same for every layer of one
-model; were they not, a pump is counted at their mean.
+per-layer hit ratio. The bytes are lk_moe's own ``bytes`` count (the ``B=`` of its ``[pool]`` log
+line); from an lk_moe that lacks it, pumps x one slot's bytes, from each pooled layer's
+``pool_layer_info()`` (``slot_weight_bytes`` plus ``slot_scale_bytes`` over its parts; the same for
+every layer of one model, and where they differ, their mean).
 
 Nothing is exported without the pool: no sample and no name. An engine exports them once a layer
 of its process pooled (LK_POOL_SLOTS set), which is the single-GPU case: the uniproc executor runs
@@ -61,7 +61,7 @@ _HELP = {
     "hits": "Routed experts of lk_moe's pooled layers found in a landed GPU slot (all layers together).",
     "misses": "Routed experts of lk_moe's pooled layers found in no GPU slot: the CPU computed them.",
     "pumps": "Experts lk_moe's pool copied into a GPU slot.",
-    "pumped_bytes": "Bytes lk_moe's pool copied into GPU slots (experts pumped x one slot's bytes).",
+    "pumped_bytes": "Bytes lk_moe's pool copied into GPU slots.",
     "cover_miss": "Pooled experts neither lk_moe half computed (lk_moe's exactly-once check; should stay 0).",
     "cover_dup": "Pooled experts both lk_moe halves computed (lk_moe's exactly-once check; should stay 0).",
 }
@@ -103,9 +103,11 @@ def bytes_per_pump(slots: Mapping[int, int]) -> int:
 
 
 def totals(stats: Mapping[str, Any], per_pump: int, device_bytes: int, epoch: str) -> PoolTotals:
-    """lk_moe's pool_stats() as PoolTotals (a count it lacks is 0)."""
+    """lk_moe's pool_stats() as PoolTotals: its `bytes`, else pumps x `per_pump` (any other count it
+    lacks is 0)."""
     count = {key: int(stats.get(key, 0)) for key in ("hits", "misses", "pumps", "cover_miss", "cover_dup")}
-    return PoolTotals(epoch=epoch, pumped_bytes=count["pumps"] * per_pump, device_bytes=int(device_bytes), **count)
+    pumped = int(stats["bytes"]) if "bytes" in stats else count["pumps"] * per_pump
+    return PoolTotals(epoch=epoch, pumped_bytes=pumped, device_bytes=int(device_bytes), **count)
 
 
 def increments(last: PoolTotals | None, now: PoolTotals) -> dict[str, int]:
@@ -122,7 +124,7 @@ class Reader:
 
     def __init__(self, read_stats: Callable[[], Mapping[str, Any]] | None = None,
                  read_device: Callable[[], int] | None = None) -> None:
-        self.slots: dict[int, int] = {}  # lk_moe layer id -> one slot's bytes
+        self.slots: dict[int, int] = {}  # lk_moe layer id -> one slot's bytes (for an lk_moe that counts no bytes)
         self._read_stats, self._read_device = read_stats, read_device
         self._epoch = ""
         self._last: PoolTotals | None = None
