@@ -4,7 +4,8 @@ prefill on the DeepSeek-V4 stand-in, by prompt length, and one Flash-shaped laye
   python -m bench.prefill RUNDIR [--allow-differ ARM ...]
 
 Prints, per prompt length and arm, time to first token, prefill tok/s, the GPU arms' ratio to CPU
-prefill, and the decode tok/s of the greedy tokens after the prompt; the ratio at 16384 prompt tokens
+prefill, the decode tok/s of the greedy tokens after the prompt, whether those tokens equal CPU
+prefill's and the largest difference of their logprobs from CPU prefill's; the ratio at 16384 prompt tokens
 against the issue's target (at least 3x); per arm, one request's decode tok/s alone and while another
 prefills; per chunk size, the layer's ms on the CPU and on the GPU, the crossover chunk size (the
 smallest from which the GPU is faster at every size measured) and the GPU result's difference from
@@ -112,6 +113,20 @@ def arm_failures(arm: str, r: dict[str, Any], cpu: dict[str, Any] | None, may_di
     return failures
 
 
+def logprob_gap(p: dict[str, Any], ref: dict[str, Any]) -> float | None:
+    """The largest |logprob difference| of the greedy tokens after a prompt, over the tokens both arms chose
+    alike up to their first difference (None: a run without logprobs)."""
+    a, b = p.get("logprobs"), ref.get("logprobs")
+    if not a or not b:
+        return None
+    gaps = []
+    for x, y, t, u in zip(a, b, p.get("tokens") or [], ref.get("tokens") or []):
+        if t != u:
+            break  # past it the two continuations no longer share their context
+        gaps.append(abs(x - y))
+    return max(gaps, default=None)
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
@@ -138,16 +153,19 @@ def report(asked: list[str], results: dict[str, Any]) -> list[str]:
     cpu = arms.get("cpu") or {}
     lengths = sorted({int(n) for r in arms.values() for n in (r.get("prompts") or {})})
     out.append("prefill by prompt length (one request alone; --max-num-batched-tokens 8192, chunked prefill)")
-    out.append(f"{'tokens':>7} {'arm':<7} {'TTFT s':>8} {'prefill tok/s':>14} {'x CPU':>6} {'decode tok/s':>13}")
+    out.append(f"{'tokens':>7} {'arm':<7} {'TTFT s':>8} {'prefill tok/s':>14} {'x CPU':>6} {'decode tok/s':>13} "
+               f"{'tokens = CPU':>12} {'max dlogprob':>12}")
     for n in lengths:
+        ref = (cpu.get("prompts") or {}).get(str(n)) or {}
         for arm, r in arms.items():
             p = (r.get("prompts") or {}).get(str(n))
             if p is None:
                 continue
-            base = ((cpu.get("prompts") or {}).get(str(n)) or {}).get("prefill_tok_s")
-            x = ratio(p.get("prefill_tok_s"), base) if arm != "cpu" else None
+            x = ratio(p.get("prefill_tok_s"), ref.get("prefill_tok_s")) if arm != "cpu" else None
+            equal = "-" if arm == "cpu" or not ref else "yes" if p.get("tokens") == ref.get("tokens") else "NO"
+            gap = logprob_gap(p, ref) if arm != "cpu" and ref else None
             out.append(f"{n:>7} {arm:<7} {fmt(p.get('ttft_s'), '.3f'):>8} {fmt(p.get('prefill_tok_s')):>14} "
-                       f"{fmt(x, '.2f'):>6} {fmt(p.get('decode_tok_s'), '.2f'):>13}")
+                       f"{fmt(x, '.2f'):>6} {fmt(p.get('decode_tok_s'), '.2f'):>13} {equal:>12} {fmt(gap, '.2e'):>12}")
     at = {arm: ratio(((r.get("prompts") or {}).get(str(TARGET_LENGTH)) or {}).get("prefill_tok_s"),
                      ((cpu.get("prompts") or {}).get(str(TARGET_LENGTH)) or {}).get("prefill_tok_s"))
           for arm, r in arms.items() if arm != "cpu"}

@@ -11,7 +11,7 @@ Each prompt of PREFILL_TOKENS tokens (default "4096 16384 65536"; seeded random 
 cycles, the same in every arm) runs alone after an unrecorded warm-up prompt: its time to first token
 (from add_request to the step that returned it), prefill tok/s (prompt tokens over that time), the
 seconds of each engine step until then, and PREFILL_CONTINUATION (32) greedy tokens after it, with their
-decode tok/s. Then (PREFILL_CONCURRENT, default 16384 prompt tokens; 0: skipped) one request decodes
+decode tok/s and each token's logprob (PREFILL_LOGPROBS=0: not asked). Then (PREFILL_CONCURRENT, default 16384 prompt tokens; 0: skipped) one request decodes
 alone for PREFILL_ALONE_STEPS steps, another with that many prompt tokens arrives, and the first one's
 tokens until the second's first token give its decode tok/s while the other prefills. The JSON is
 rewritten after every prompt, so a run cut short keeps what it measured. PREFILL_SPEC=2: DSpark with 2
@@ -36,6 +36,7 @@ ALONE_STEPS = int(os.environ.get("PREFILL_ALONE_STEPS", "24"))
 WARMUP = int(os.environ.get("PREFILL_WARMUP", "9000"))  # a full chunk and a partial one
 BATCHED = 8192  # the user's --max-num-batched-tokens
 GPU_GIB = float(os.environ.get("PREFILL_GPU_GIB", "40"))  # lk_moe's prefill arena is outside torch's pool
+LOGPROBS = os.environ.get("PREFILL_LOGPROBS", "1") != "0"  # each greedy token's logprob: the arms' difference
 SPEC = int(os.environ.get("PREFILL_SPEC", "0"))  # >0: DSpark with that many draft tokens, as the user runs it (K=2)
 TOKENS = [*REASONING_CYCLE, *ANSWER_CYCLE]
 
@@ -77,7 +78,7 @@ def run(engine, ids: list[int], max_tokens: int, name: str) -> dict:
     """One request alone: time to first token, the engine steps until then, its tokens."""
     from vllm import SamplingParams
 
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=0 if LOGPROBS else None)
     start = time.perf_counter()
     engine.add_request(name, {"prompt_token_ids": ids}, params)
     steps, first, out = [], None, None
@@ -93,8 +94,19 @@ def run(engine, ids: list[int], max_tokens: int, name: str) -> dict:
     tokens = list(out.outputs[0].token_ids)
     ttft = first - start
     return {"prompt_tokens": len(ids), "ttft_s": round(ttft, 4), "prefill_tok_s": round(len(ids) / ttft, 1),
-            "prefill_steps_s": steps, "tokens": tokens,
+            "prefill_steps_s": steps, "tokens": tokens, "logprobs": token_logprobs(out.outputs[0]),
             "decode_tok_s": round((len(tokens) - 1) / (end - first), 2) if len(tokens) > 1 and end > first else None}
+
+
+def token_logprobs(completion) -> list[float] | None:
+    """Each greedy token's logprob, as vLLM reports it (None: not asked, or not given)."""
+    chosen = getattr(completion, "logprobs", None)
+    if not LOGPROBS or not chosen:
+        return None
+    try:
+        return [round(float(step[t].logprob), 5) for t, step in zip(completion.token_ids, chosen)]
+    except (KeyError, TypeError, AttributeError):
+        return None
 
 
 def concurrent(engine, length: int) -> dict:

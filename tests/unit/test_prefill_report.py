@@ -21,7 +21,8 @@ def arm(name: str, tok_s: dict[int, float], while_tok_s: float) -> dict[str, Any
     gpu = name != "cpu"
     return {"arm": name, "ok": True, "lengths": LENGTHS, "continuation": 32, "concurrent_asked": 16384,
             "prompts": {str(n): {"prompt_tokens": n, "ttft_s": n / tok_s[n], "prefill_tok_s": tok_s[n],
-                                 "prefill_steps_s": [0.5], "tokens": TOKENS, "decode_tok_s": 40.0} for n in LENGTHS},
+                                 "prefill_steps_s": [0.5], "tokens": TOKENS, "decode_tok_s": 40.0,
+                                 "logprobs": [-0.0105 if gpu else -0.01] * len(TOKENS)} for n in LENGTHS},
             "concurrent": {"prompt_tokens": 16384, "alone_tok_s": 40.0, "while_prefill_tok_s": while_tok_s,
                            "while_prefill_tokens": 3, "other_ttft_s": 1.0},
             "calls": {prefill.ENGINE[name]: 30} if gpu else {},
@@ -55,6 +56,7 @@ def test_a_complete_run_prints_its_tables_and_passes(tmp_path: Path, capsys: pyt
     assert "decode while prefilling, gpu against cpu: 6.00 against 2.00 tok/s (target no worse: met)" in out
     assert "crossover chunk size: GPU faster from 512 rows" in out  # 512 rows: CPU 51.2 ms, GPU 30 ms
     assert "lk_moe's raw gpu_prefill writes: fp32" in out
+    assert "  16384 gpu        5.120         3200.0   4.00         40.00          yes     5.00e-04" in out
     assert "gpu: 3 MoE layers on lk_moe, 9600 layer-tok/s at 16384 tokens (bound on 41 lk_moe layers: 234 tok/s)" in out
     assert out.rstrip().endswith("prefill report: ok (layer, cpu, gpu)")
 
@@ -135,6 +137,12 @@ def test_a_folder_without_asked_and_an_arm_without_cpu_fail(tmp_path: Path) -> N
         "cpu: not asked for; the GPU arms have nothing to be compared with"]
     (tmp_path / "prefill-gpu.json").write_text("{")
     assert prefill.check(*prefill.load(tmp_path))[0].startswith("gpu: failed: unreadable")
+
+
+def test_the_logprob_gap_covers_the_tokens_both_arms_chose_alike() -> None:
+    ref = {"tokens": [1, 2, 3, 4], "logprobs": [-0.1, -0.2, -0.3, -0.4]}
+    assert prefill.logprob_gap({"tokens": [1, 2, 9, 4], "logprobs": [-0.1, -0.25, -5.0, -0.4]}, ref) == pytest.approx(0.05)
+    assert prefill.logprob_gap({"tokens": [1, 2, 3, 4], "logprobs": None}, ref) is None
 
 
 def test_crossover_is_the_smallest_size_from_which_the_gpu_stays_faster() -> None:
