@@ -13,8 +13,11 @@ register here right after construction"), so a layer's GPU prefill goes through 
 - `cutlass` (LK_GPU_PREFILL_ENGINE unset or `cutlass`, lk_moe's default): `CutlassPrefill`, on the
   arena lk_moe allocated when the fork built the layer with `use_gpu_prefill` (the fork's own config,
   nothing more): `gpu_prefill_act` (fp32 sums in lk_moe's arena, rounded once into the activation
-  dtype) up to `max_batch_size` tokens, else `gpu_prefill` in fp32 blocks. Its README: cutlass
-  rounds activations to bf16, so its results are not the CPU's bit for bit.
+  dtype) up to `max_batch_size` tokens, else `gpu_prefill` in fp32 blocks. `max_batch_size` is the
+  fork's --max-num-batched-tokens, so every prefill chunk takes the first path (the driver reads it as
+  the chunk the arena is booked for; `super_batch_size`, default 4096, is left as lk_moe sets it:
+  ci/fork-gpu/prefill_layer.py checks 8192-row chunks against the CPU). Its README: cutlass rounds
+  activations to bf16, so its results are not the CPU's bit for bit.
 - `triton`: `StagingPrefill` (Triton group GEMMs in fp32, "matches the CPU reference", staging the
   routed experts through a ring of LVLLM_GPU_PREFETCH_WINDOW blocks, at most 2). lk_moe takes its
   switch (`prefill_gpu`, in place of cutlass's `use_gpu_prefill`), its gate (`prefill_min_tokens`, as
