@@ -59,7 +59,7 @@ from pathlib import Path
 
 from drafts import DraftFilter
 from e2e_model import ANSWER_CYCLE, CYCLES, END_THINK, REASONING_CYCLE, THINK, VOCAB, install_loader, successor
-from harness import ENGINE, GRAPHS, Counters, dsv4_engine, spec_metrics
+from harness import ENGINE, GRAPHS, Counters, dsv4_engine, spec_metrics, write_json
 
 from bench.e2e_mixed import MIXED as MIXED_PHASE  # the phase the report reads mixed cells by
 from bench.e2e_mixed import draw_label  # a cell's heading, as the report's readers head it
@@ -569,9 +569,7 @@ def profile(llm, log: StepLog, texts: dict, scheduling: "Policies | None", ids: 
 
 
 def write(result: dict) -> None:
-    path = OUTDIR / f"e2e-{NAME}.json"
-    path.with_suffix(".tmp").write_text(json.dumps(result))
-    path.with_suffix(".tmp").replace(path)
+    write_json(OUTDIR / f"e2e-{NAME}.json", result)
 
 
 if __name__ == "__main__":

@@ -8,9 +8,11 @@ that replayed one.
 Counters.install() goes before the engine is made. DS4X_GPU_TARGET (setup.sh) names the
 tree: lvllmds4-x (default) or vllm, upstream (0.32.0 or 0.34.0), which has no lk_moe to count."""
 
+import json
 import os
 import subprocess
 from collections import Counter, defaultdict
+from pathlib import Path
 
 TARGET = os.environ.get("DS4X_GPU_TARGET", "lvllmds4-x")
 LK_MOE = TARGET != "vllm"  # RoutedExperts._cpu_decode/_cpu_prefill: the fork's lk_moe paths
@@ -207,3 +209,9 @@ def graph_keys(graph_tables: list) -> dict:
             f"t{d.num_tokens}:r{d.num_reqs}:q{getattr(d, 'uniform_token_count', None) or d.num_tokens // d.num_reqs}"
             for d in descs)
     return out
+
+
+def write_json(path: Path, result: dict) -> None:
+    """`result` to `path` whole or not at all (a run cut short keeps its last complete file)."""
+    path.with_suffix(".tmp").write_text(json.dumps(result))
+    path.with_suffix(".tmp").replace(path)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 from e2e_model import ANSWER_CYCLE, REASONING_CYCLE
-from harness import ENGINE, GRAPHS, Counters, dsv4_engine, gpu_fraction
+from harness import ENGINE, GRAPHS, Counters, dsv4_engine, gpu_fraction, write_json
 
 ARM, OUTDIR, MODELS = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 LENGTHS = [int(n) for n in os.environ.get("PREFILL_TOKENS", "4096 16384 65536").split()]
@@ -189,9 +189,7 @@ def main(result: dict) -> None:
 
 
 def write(result: dict) -> None:
-    path = OUTDIR / f"prefill-{ARM}.json"
-    path.with_suffix(".tmp").write_text(json.dumps(result))
-    path.with_suffix(".tmp").replace(path)
+    write_json(OUTDIR / f"prefill-{ARM}.json", result)
 
 
 if __name__ == "__main__":
