@@ -31,7 +31,11 @@ routing that differs between arrangements; a prediction more than 10% off. The i
 reported MET, NOT MET or TIE (inside the floor), not failed: they are the measurement. Exit 2: no
 such run folder, or bad options.
 
-    python -m bench.e2e_pool RUNDIR [--seeds 20]
+    python -m bench.e2e_pool RUNDIR [--seeds 20] [--arrangements "layers pool user none"]
+
+--arrangements: those the run asked for (E2E_POOL_ARRANGEMENTS; layers and pool at least); each one
+missing fails. Without "none", its ratios are not printed and the rest of a step comes from
+"layers"' steps (their resident layers' GPU kernels then counted in every arrangement's rest).
 """
 
 from __future__ import annotations
@@ -132,16 +136,27 @@ class Run:
     """The run folder, read and checked; every problem found is in .problems."""
 
     resdir: Path
+    asked: Sequence[str] = TAGS
     problems: list[str] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)
     arrangements: dict[str, Arrangement] = field(default_factory=dict)
+
+    @property
+    def reference(self) -> str:
+        """Whose steps give the rest of a step and whose tokens every cell must equal: none, else layers."""
+        return BARE if BARE in self.asked else EQUAL
+
+    @property
+    def bases(self) -> list[str]:
+        """The arrangements the ratios are taken against."""
+        return [tag for tag in (EQUAL, BARE) if tag in self.asked]
 
     def read(self) -> Run:
         self.profile = e2e_decode.read_json(self.resdir / "measure.json", self.problems) or {}
         measured = self.profile.get("measured")
         if self.profile and not isinstance(measured, dict):
             self.problems.append("measure.json: no \"measured\" object")
-        for tag in TAGS:
+        for tag in self.asked:
             path = self.resdir / f"e2e-spec-{tag}.json"
             if not path.is_file():
                 self.problems.append(f"arrangement {tag}: no {path.name}")
@@ -209,7 +224,7 @@ def by_cell(run: Mapping[str, Any]) -> dict[Key, list[dict[str, Any]]]:
 def check(run: Run) -> None:
     """Every check of the module's doc but the predictions'; each problem found goes to run.problems."""
     arrangements = run.arrangements
-    if len(arrangements) < len(TAGS):
+    if len(arrangements) < len(run.asked):
         return  # each missing one is named already
     keys = {key for a in arrangements.values() for key in a.cells}
     keys |= {(phase, 1, policy) for phase in PHASES for policy in REQUIRED_POLICIES}
@@ -236,9 +251,9 @@ def check(run: Run) -> None:
                     variants[a.tag] |= {json.dumps(c["tokens"]) for c in cells}
         every = set().union(*variants.values()) if variants else set()
         if len(every) > 1:
-            differ = sorted(tag for tag, v in variants.items() if v != variants.get(BARE) or len(v) > 1)
+            differ = sorted(tag for tag, v in variants.items() if v != variants.get(run.reference) or len(v) > 1)
             run.problems.append(f"{phase} x{n}: greedy tokens differ between cells ({len(every)} variants; "
-                                f"not those of {BARE}'s, or not one: {', '.join(differ)})")
+                                f"not those of {run.reference}'s, or not one: {', '.join(differ)})")
     for a in arrangements.values():
         run.problems += arrangement_problems(a)
     vram = vram_gap(arrangements)
@@ -342,12 +357,13 @@ def tie(ratio: float, floor: float) -> str:
 def rate_lines(run: Run, phase: str, n: int, policy: str, floor: float) -> list[str]:
     """Each arrangement's tok/s, its ratio to layers and to none paired by round, and its hit rate."""
     lines = [f"{phase} x{n} {policy}: steady decode tok/s, median [range] over the rounds; against "
-             f"{EQUAL} and {BARE} paired by round (tie: inside the noise floor, {floor:.1%})",
-             f"  {'arrangement':<12} {'tok/s':>22} {'vs ' + EQUAL:>13} {'vs ' + BARE:>13} {'hit rate':>9}"]
+             f"{' and '.join(run.bases)} paired by round (tie: inside the noise floor, {floor:.1%})",
+             f"  {'arrangement':<12} {'tok/s':>22} " + " ".join(f"{'vs ' + b:>13}" for b in run.bases)
+             + f" {'hit rate':>9}"]
     key = (phase, n, policy)
     for tag, a in run.arrangements.items():
         cells = a.cells[key]
-        ratios = [statistics.median(paired(cells, run.arrangements[base].cells[key])) for base in (EQUAL, BARE)]
+        ratios = [statistics.median(paired(cells, run.arrangements[base].cells[key])) for base in run.bases]
         hit = f"{a.hit_rate(cells):9.3f}" if a.pooled else f"{'-':>9}"
         lines.append(f"  {tag:<12} {spread([c['tok_s'] for c in cells]):>22} "
                      + " ".join(f"{r:8.3f} {tie(r, floor):>4}" for r in ratios) + f" {hit}")
@@ -378,7 +394,7 @@ def predicted(run: Run, a: Arrangement, phase: str, n: int, policy: str, curve: 
     """depth_sim's tok/s for this cell: the rest of a step at each depth as "none" measured it, the
     arrangement's CPU experts at the cells' hit rate, acceptance as its fixed 2 cells measured it;
     a string saying why where it cannot predict."""
-    bare = run.arrangements[BARE]
+    bare = run.arrangements[run.reference]
     cells = a.cells[(phase, n, policy)]
     pool = sim.Pool(hit_rate=a.hit_rate(cells), distinct=distinct)
     need = e2e_decode.verified_depth(policy, phase)
@@ -387,7 +403,7 @@ def predicted(run: Run, a: Arrangement, phase: str, n: int, policy: str, curve: 
         step = bare.step_ms(n, d)
         if step is None:
             if need is None or int(need) == d:
-                return f"{BARE} verified no step at depth {d}"
+                return f"{run.reference} verified no step at depth {d}"
             costs.append(math.nan)  # never stepped at by this policy in this phase
             continue
         rest = step - bare.layers * sim.call_ms(curve, n * (d + 1))
@@ -405,7 +421,7 @@ def predicted(run: Run, a: Arrangement, phase: str, n: int, policy: str, curve: 
 def prediction_lines(run: Run, keys: Sequence[Key], curve: Mapping[int, float], distinct: Mapping[int, float],
                      seeds: int) -> list[str]:
     """depth_sim against every arrangement's cells; a miss beyond PREDICTION_SLACK is a problem."""
-    lines = [f"depth_sim against the engine: the rest of a step from {BARE}'s steps, the CPU experts from "
+    lines = [f"depth_sim against the engine: the rest of a step from {run.reference}'s steps, the CPU experts from "
              "measure's curve at the measured hit rate (depth_sim.call_ms), acceptance as measured",
              f"  {'arrangement':<12} {'phase':<10} {'x':>2} {'policy':<12} {'measured':>9} {'predicted':>10} "
              f"{'error':>7}"]
@@ -426,7 +442,7 @@ def prediction_lines(run: Run, keys: Sequence[Key], curve: Mapping[int, float], 
 
 def reuse(run: Run) -> float:
     """The routing's reuse knob (0 for the random router)."""
-    routing = run.arrangements[BARE].run["routing"]
+    routing = run.arrangements[run.reference].run["routing"]
     return 0.0 if routing.get("router") == "random" else float(routing["reuse"])
 
 
@@ -459,7 +475,7 @@ def targets(run: Run, keys: Sequence[Key], floor: float) -> list[str]:
 
 def header(run: Run) -> list[str]:
     """The arrangements, the routing, the VRAM each spends and the pool's counters."""
-    routing = run.arrangements[BARE].run["routing"]
+    routing = run.arrangements[run.reference].run["routing"]
     measured = routing.get("measured") or {}
     lines = [f"routing: {routing.get('router', 'locality')}"
              + (f", reuse {routing['reuse']:g}, skew {routing['skew']:g}; the cells' tokens had reuse "
@@ -482,7 +498,7 @@ def header(run: Run) -> list[str]:
 
 def report(args: argparse.Namespace) -> int:
     """Print the report; 1 on any problem (each a FAIL line), else 0."""
-    run = Run(args.rundir).read()
+    run = Run(args.rundir, args.arrangements).read()
     check(run)
     if not run.problems:
         curve = sim.measured_curve(run.profile["measured"])
@@ -490,8 +506,8 @@ def report(args: argparse.Namespace) -> int:
         keys = sorted({key for a in run.arrangements.values() for key in a.cells},
                       key=lambda k: (k[1], PHASES.index(k[0]), k[2]))
         print(f"lk_moe's expert pool against whole layers at equal VRAM (#57): {len(run.arrangements)} arrangements, "
-              f"{len({c['round'] for cs in run.arrangements[BARE].cells.values() for c in cs})} rounds, "
-              f"{run.arrangements[BARE].run['tokens_per_request']} tokens a request")
+              f"{len({c['round'] for cs in run.arrangements[run.reference].cells.values() for c in cs})} rounds, "
+              f"{run.arrangements[run.reference].run['tokens_per_request']} tokens a request")
         print("\n".join(header(run)))
         for n in sorted({key[1] for key in keys}):
             floors = noise_floors(run, n)
@@ -514,10 +530,21 @@ def report(args: argparse.Namespace) -> int:
     return 1 if run.problems else 0
 
 
+def arrangements(text: str) -> tuple[str, ...]:
+    asked = tuple(dict.fromkeys(text.split()))
+    if unknown := [t for t in asked if t not in TAGS]:
+        raise argparse.ArgumentTypeError(f"unknown {unknown}; known: {' '.join(TAGS)}")
+    if not {EQUAL, "pool"} <= set(asked):
+        raise argparse.ArgumentTypeError(f"{EQUAL} and pool at least: the report compares them")
+    return asked
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("rundir", type=Path)
     parser.add_argument("--seeds", type=bounded.count(1, printed.MAX_SEEDS), default=20)
+    parser.add_argument("--arrangements", type=arrangements, default=TAGS,
+                        help="those the run asked for, space-separated (default: all four; layers and pool at least)")
     args = parser.parse_args(argv)
     if not args.rundir.is_dir():
         print(f"error: {args.rundir}: no such run folder", file=sys.stderr)

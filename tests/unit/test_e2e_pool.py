@@ -287,3 +287,22 @@ def test_the_hit_rate_is_the_cells_own_where_they_count_it(runs: dict[str, dict[
     code, out = report(write(tmp_path, runs), capsys)
     section = out.split("reasoning x1 phase 0/2: steady decode tok/s")[1]
     assert next(line for line in section.splitlines() if line.startswith("  pool ")).split()[-1] == "0.500"
+
+
+def test_a_run_of_layers_and_pool_alone_reads_only_those(runs: dict[str, dict[str, Any]], tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """--arrangements "layers pool" (a grid cut to what one device call holds): passes without user and
+    none, its ratios against layers only and the rest of a step from layers' steps; one of the two
+    missing still fails; an arrangement list without both, or with an unknown one, exits 2."""
+    resdir = write(tmp_path, {tag: runs[tag] for tag in ("layers", "pool")})
+    code = e2e_pool.main([str(resdir), "--seeds", "4", "--arrangements", "pool layers"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "vs none" not in out and "vs layers" in out and "the rest of a step from layers's steps" in out
+    (resdir / "e2e-spec-pool.json").unlink()
+    assert e2e_pool.main([str(resdir), "--arrangements", "layers pool"]) == 1
+    assert "arrangement pool: no e2e-spec-pool.json" in capsys.readouterr().out
+    for bad in ("layers", "layers pool every"):
+        with pytest.raises(SystemExit) as exit_:
+            e2e_pool.main([str(resdir), "--arrangements", bad])
+        assert exit_.value.code == 2
