@@ -256,7 +256,7 @@ def _locality_gate(name: str, param: torch.Tensor, knobs: dict[str, float]) -> N
 
 class RouteCheck:
     """Counts, per routed layer, the eager MoE calls' rows whose top-k experts are their token's in
-    `routing` (a forward hook on each DeepseekV4MoE: prefill runs eager, decode graphs run no hook)."""
+    `routing` (a forward pre-hook on each DeepseekV4MoE: prefill runs eager, decode graphs run no hook)."""
 
     rows: ClassVar[dict[int, list[float]]] = {}  # layer -> [rows agreeing, seen, experts agreeing, cosines]
 
@@ -266,12 +266,13 @@ class RouteCheck:
         for name, module in model.named_modules():
             found = re.search(r"layers\.([0-9]+)\.ffn$", name)
             if found and int(found[1]) in tables and hasattr(module, "gate"):
-                module.register_forward_hook(cls._hook(int(found[1]), tables[int(found[1])]), with_kwargs=True)
+                # before the call: the layer may write its output over its input (in-place experts)
+                module.register_forward_pre_hook(cls._hook(int(found[1]), tables[int(found[1])]), with_kwargs=True)
 
     @classmethod
     def _hook(cls, layer: int, table: torch.Tensor):
         embed = _embedding()
-        def check(module, args, kwargs, _output) -> None:
+        def check(module, args, kwargs) -> None:
             hidden, ids = args[0], args[1] if len(args) > 1 else kwargs.get("input_ids")
             if ids is None or (hidden.is_cuda and torch.cuda.is_current_stream_capturing()):
                 return

@@ -77,7 +77,7 @@ def _ffn() -> Any:
     ffn.gate = torch.nn.Module()
     ffn.gate.weight = torch.nn.Parameter(torch.zeros(256, 4096))
     ffn.gate.forward = lambda x: (x @ ffn.gate.weight.T, None)
-    ffn.forward = lambda hidden, input_ids=None: hidden
+    ffn.forward = lambda hidden, input_ids=None: hidden.mul_(1e-3).neg_()  # in place, as fused experts may
     return ffn
 
 
@@ -93,17 +93,17 @@ def _target(layers: int) -> torch.nn.Module:
 
 
 def test_route_check_counts_the_rows_routed_as_the_table_says(M: ModuleType) -> None:
-    """Layer 1's gate built from the table agrees on every row, passed input_ids either way; layer 2's
-    gate left at zero agrees on none; the hash layer 0 is not checked; a call without ids counts nothing."""
+    """Layer 1's gate built from the table agrees on every row, passed input_ids either way, though the
+    layer writes its output over its input (the check reads the input before the call); layer 2's gate
+    left at zero agrees on none; the hash layer 0 is not checked; a call without ids counts nothing."""
     model = _target(4)
     M._locality_gate("model.layers.1.ffn.gate.weight", model.model.layers[1].ffn.gate.weight.data, KNOBS)
     M.RouteCheck.install(model, KNOBS)
     ids = torch.arange(M.VOCAB)
-    hidden = M._embedding() * 64
-    model.model.layers[1].ffn(hidden, input_ids=ids)
-    model.model.layers[2].ffn(hidden, ids)
-    model.model.layers[0].ffn(hidden, ids)
-    model.model.layers[3].ffn(hidden)
+    model.model.layers[1].ffn(M._embedding() * 64, input_ids=ids)
+    model.model.layers[2].ffn(M._embedding() * 64, ids)
+    model.model.layers[0].ffn(M._embedding() * 64, ids)
+    model.model.layers[3].ffn(M._embedding() * 64)
     agreement = M.RouteCheck.agreement()
     assert set(agreement) == {"1", "2"} and agreement["1"]["rows"] == 1.0 and agreement["1"]["experts"] == 1.0
     assert agreement["1"]["cosine"] == pytest.approx(1.0, abs=1e-4)
