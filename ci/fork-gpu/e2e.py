@@ -102,14 +102,15 @@ def prompts(tokenizer) -> dict[str, list[list[int]]]:
 
 
 WALK = os.environ.get("E2E_WALK") == "1"
-WALKED = dict.fromkeys(CYCLES, 0)  # where each phase's cycle stopped
+WALKED = dict.fromkeys(CYCLES, TOKENS)  # where each phase's cycle stopped: past what the warm-up made
 
 
 def walked(phase: str, n: int, prompt_ids: list[list[int]]) -> list[list[int]]:
     """E2E_WALK=1 (E2E_MODES=pool): a one-request cell continues its phase's cycle where the phase's
     last cell stopped (its prompt ends on that token), so that the cells read as one long generation,
     never the same stretch of tokens (and of experts, which a pool would then hold from the cell
-    before) twice running; every engine of the run walks the same positions in the same order."""
+    before) twice running, nor the warm-up's, which generates each cycle's first TOKENS; every engine
+    of the run walks the same positions in the same order. A cycle repeats after its length (180)."""
     if not WALK or n != 1 or phase not in CYCLES:
         return prompt_ids
     cycle, at = CYCLES[phase], WALKED[phase]
@@ -373,6 +374,10 @@ def main() -> dict:
     warm_up(llm, log, texts, scheduling, ids)
     counters.reset()
     pooled = pool_counters()  # the run's pool counts: from here, the warm-up's left out
+    if DSV4:  # the route check, likewise: the cells' prefills only, not start-up's dummy runs or the warm-up's
+        import dsv4_model
+
+        dsv4_model.RouteCheck.rows.clear()
     for round_ in range(ROUNDS):
         for phase, n, prompt_ids, draw in cell_plan(texts):
             drafts.salt = salt(round_, draw)

@@ -148,12 +148,12 @@ def test_walk_continues_each_phases_cycle_cell_after_cell(E: ModuleType, monkeyp
     """E2E_WALK=1: each one-request cell's prompt ends where its phase's last cell stopped, a cycle's
     length wrapping; two-request cells and E2E_WALK unset keep their prompts."""
     monkeypatch.setattr(E, "WALK", True)
-    monkeypatch.setattr(E, "WALKED", {"reasoning": 0, "answer": 0})
+    monkeypatch.setattr(E, "WALKED", dict(E.WALKED))
     cycle = E.CYCLES["reasoning"]
     firsts = [E.walked("reasoning", 1, [[7, 8]])[0] for _ in range(4)]
-    assert [f[:2] for f in firsts] == [[7, 8]] * 4
-    assert [f[2] for f in firsts] == [cycle[(i * E.TOKENS) % len(cycle)] for i in range(4)]
-    assert E.walked("answer", 1, [[9]]) == [[9, E.CYCLES["answer"][0]]]
+    assert [f[:2] for f in firsts] == [[7, 8]] * 4  # the first starts past the warm-up's TOKENS
+    assert [f[2] for f in firsts] == [cycle[((i + 1) * E.TOKENS) % len(cycle)] for i in range(4)]
+    assert E.walked("answer", 1, [[9]]) == [[9, E.CYCLES["answer"][E.TOKENS]]]
     assert E.walked("reasoning", 2, [[1], [2]]) == [[1], [2]]
     monkeypatch.setattr(E, "WALK", False)
     assert E.walked("reasoning", 1, [[7]]) == [[7]]
