@@ -146,3 +146,15 @@ def test_gpu_prefill_beside_the_expert_pool_is_refused_before_the_build() -> Non
         with pytest.raises(moe_prefill.PrefillSettingError, match="LK_POOL_SLOTS=12 with GPU prefill"):
             moe_prefill.configure(cfg(), "model.layers.1.ffn.experts", False, env)
     moe_prefill.configure(cfg(use_gpu_prefill=False), "model.layers.1.ffn.experts", False, pool)  # CPU prefill: fine
+
+
+def test_a_driver_that_fails_to_import_is_an_error_not_lk_moe_23(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a missing driver module means lk_moe 2.3: a 2.7 driver whose own import fails (a dependency
+    missing) stops the call instead of taking the fork's raw call, which 2.7 would overrun in fp32."""
+    def broken(name: str, *args: object) -> object:
+        raise ModuleNotFoundError("No module named 'triton'", name="triton")
+
+    monkeypatch.delenv(moe_prefill.ENGINE_ENV, raising=False)
+    monkeypatch.setattr("importlib.import_module", broken)
+    with pytest.raises(ModuleNotFoundError, match="triton"):
+        moe_prefill.gpu_prefill(layer(), *batch(), Stream())

@@ -105,7 +105,9 @@ def _driver_class(engine: str) -> Any | None:
     module, name = DRIVERS[engine]
     try:
         return getattr(importlib.import_module(module), name)
-    except ImportError:
+    except ModuleNotFoundError as e:
+        if e.name != module:  # the driver is there and broken (a dependency missing): never the raw call,
+            raise  # which writes lk_moe 2.7's fp32 into the fork's bf16 buffer
         if engine == "triton":
             raise PrefillSettingError(f"{ENGINE_ENV}=triton: lk_moe has no {module}; unset {ENGINE_ENV}") from None
         return None
