@@ -121,9 +121,10 @@ def driver(experts: Any) -> Any | None:
         engine = engine_name()
         cls = _driver_class(engine)
         made = None if cls is None else cls.probe(experts.lk_moe)
-        if cls is not None and made is None:
+        if cls is not None and made is None:  # triton: MXFP4 and NVFP4 layers only (configure sets no other)
             raise RuntimeError(f"{experts.layer_name}: lk_moe's {engine} GPU prefill did not start (its log says "
-                               f"why); set LVLLM_GPU_PREFILL_MIN_BATCH_SIZE=0 for CPU prefill")
+                               f"why{'; it serves MXFP4 and NVFP4 experts' if engine == 'triton' else ''}); "
+                               f"set LVLLM_GPU_PREFILL_MIN_BATCH_SIZE=0 for CPU prefill")
         experts.ds4x_prefill = (engine, made) if made is not None else None
     return experts.ds4x_prefill
 
