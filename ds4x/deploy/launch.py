@@ -165,7 +165,8 @@ def check(launch: Launch, args: PlanRequest, compute: Compute,
     _check_engine_env(launch, found, shape)
     _check_depth(launch, found, profile)
     if request:
-        request = _check_prefill(launch, request, args, compute, found)
+        curve = prefill_advice.measured(profile[0], f"--profile {profile[1]}") if profile else None
+        request = _check_prefill(launch, request, args, compute, found, curve)
         _check_pool(launch, request, compute, found, pool_hit_rate)
     found.errors.extend(script_reader.vllm_config_problems(launch.options))  # vLLM's own classes, where importable
     return found
@@ -371,15 +372,16 @@ def _check_depth(launch: Launch, found: Findings, profile: tuple[dict[str, Any],
 
 
 def _check_prefill(launch: Launch, args: PlanRequest, asked: PlanRequest, compute: Compute,
-                   found: Findings) -> PlanRequest:
+                   found: Findings, curve: prefill_advice.Measured | None = None) -> PlanRequest:
     """What GPU prefill costs the resident layers at the script's context: a note, or where the plan options ask
     for it (--gpu-prefill-min-batch) and the script runs CPU prefill, a warning whose fixes turn it on with the
-    resident layers that then fit. The request the rest is checked at (with GPU prefill on where advised)."""
+    resident layers that then fit; with `curve` (--profile's prefill section) the speeds it measured. The request
+    the rest is checked at (with GPU prefill on where advised)."""
     if compute(args).budget.for_resident_layers < 0 or args.pool_slots:
         return args  # _check_memory says it does not fit; _check_engine_env refuses GPU prefill beside the pool
     on = _prefill_on(launch, args, asked, compute)
     found_fit = prefill_advice.fit(on, compute)
-    said = prefill_advice.sentence(found_fit, args.max_model_len)
+    said = prefill_advice.sentence(found_fit, args.max_model_len, curve, len(compute(args).shape.moe_layers))
     want, tokens = asked.gpu_prefill_min_batch, prefill_advice.batched_tokens(args)
     if args.gpu_prefill_min_batch or not want or found_fit.with_prefill is None or want > tokens:
         late = f"; --gpu-prefill-min-batch {want} is above the {tokens} tokens a step holds" if want > tokens else ""

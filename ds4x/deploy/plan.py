@@ -126,8 +126,10 @@ def _check_launch_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cores", type=bounded.count(1, MAX_CORES), metavar="N",
                    help="with --check-launch: check LK_THREADS for a machine of N cores (default: this machine's)")
     p.add_argument("--profile", type=inputs.existing_file, metavar="FILE",
-                   help="with --check-launch: advise the draft depth from this plan --measure profile "
-                        "(default: the committed runs that bench/results/advice.toml lists)")
+                   help="a measure profile (plan --measure's --profile-out): its prefill section turns the GPU "
+                        "prefill line into this machine's prefill tok/s on the CPU and the GPU; with --check-launch "
+                        "it also advises the draft depth (default: the committed runs that "
+                        "bench/results/advice.toml lists)")
     p.add_argument("--pool-hit-rate", type=bounded.fraction(0, 1), metavar="H",
                    help="with --check-launch: your expert-pool hit rate in [0, 1] (lk_moe's [pool] lines, cum hit: "
                         "docs/expert-pool.md), to advise the pool or whole resident layers (default: none, so the "
@@ -253,7 +255,8 @@ def tokens_made(args: PlanRequest, tokens: int) -> dict[str, float]:
     return made
 
 
-def table(args: PlanRequest, result: Plan) -> str:
+def table(args: PlanRequest, result: Plan, curve: prefill_advice.Measured | None = None) -> str:
+    """The ledger, the resident layers, the ceilings, and the GPU prefill line (with `curve`: measured speeds)."""
     shape, plan, choice, ceiling = result.shape, result.budget, result.choice, result.ceiling
     gib = mp.GIB
     fits = len(choice.layers)
@@ -283,7 +286,8 @@ def table(args: PlanRequest, result: Plan) -> str:
     lines.append(f"why: {choice.reason}")
     if plan.for_resident_layers >= 0 and not args.pool_slots:  # GPU prefill beside the pool: refused (main)
         on = replace(args, gpu_prefill_min_batch=args.gpu_prefill_min_batch or 1)
-        lines.append(prefill_advice.sentence(prefill_advice.fit(on, compute), args.max_model_len))
+        lines.append(prefill_advice.sentence(prefill_advice.fit(on, compute), args.max_model_len, curve,
+                                             len(shape.moe_layers)))
     lines.append(f"RAM bandwidth {args.ram_bandwidth / 1e9:.1f} GB/s, {verify_tokens(args)} token(s) verified per request "
                  f"and step; the decode ceilings count every verified token as accepted, the --acceptance row the "
                  f"expected accepted ones")
@@ -391,7 +395,7 @@ def main(command: PlanCommand) -> int:
     _check_files(request.config, request.routing_stats)
     if command.check_launch:
         return check_launch(command, command.check_launch)
-    given = [name for name in ("write", "profile", "cores", "pool_hit_rate") if getattr(command, name) is not None]
+    given = [name for name in ("write", "cores", "pool_hit_rate") if getattr(command, name) is not None]
     if given:
         raise InputError(f"--{given[0].replace('_', '-')} applies to --check-launch only",
                          "add --check-launch SCRIPT, or leave it out")
@@ -404,6 +408,9 @@ def main(command: PlanCommand) -> int:
         raise InputError(f"--gpu-prefill-min-batch {request.gpu_prefill_min_batch} exceeds --max-num-batched-tokens "
                          f"{tokens}: GPU prefill would never run", "lower it, or raise --max-num-batched-tokens")
     measuring = command.measure
+    if measuring and command.profile:
+        raise InputError(f"--profile {command.profile} with --measure: measure writes the profile it reads "
+                         f"(--profile-out)", "leave --profile out, or plan from it without --measure")
     _check_outputs(command, {"--launch": command.launch, "--plot": command.plot,
                              "--profile-out": measuring.profile_out if measuring else None})
     profile = None
@@ -412,8 +419,13 @@ def main(command: PlanCommand) -> int:
         if done or not command.launch:
             return done
         profile = json.loads(measuring.profile_out.read_text(encoding="utf-8"))
+        curve = prefill_advice.measured(profile, f"plan --measure ({measuring.profile_out})")
+    else:
+        given_profile = _load_json(command.profile, "--profile") if command.profile else None
+        curve = prefill_advice.measured(given_profile, f"--profile {command.profile}")
     result = compute(request)
-    print(json.dumps(plan_json(request, result), indent=2, allow_nan=False) if command.json else table(request, result))
+    print(json.dumps(plan_json(request, result), indent=2, allow_nan=False) if command.json else
+          table(request, result, curve))
     if command.plot:
         plot(command.plot, result.ceiling, len(result.choice.layers))
         print(f"plot: {command.plot}")

@@ -1,18 +1,82 @@
 """What GPU prefill costs the resident layers: `plan`'s fit line and `--check-launch`'s, for the VRAM at a
-context length (vllm_ds4x.moe.prefill has the bytes). No prefill speed is committed under bench/results,
-so every line is about fit only."""
+context length (vllm_ds4x.moe.prefill has the bytes), and what it buys where a measure profile with a
+"prefill" section is given (--profile, or plan --measure's own): prefill tok/s of the model's lk_moe
+layers on the CPU and on the GPU from the user's own curve, and the chunk size from which the GPU wins.
+No prefill speed is committed under bench/results, so without such a profile the line is about fit only."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ds4x.deploy.planned import Plan, PlanRequest
+from ds4x.errors import InputError
+from vllm_ds4x.measure import analysis
 from vllm_ds4x.moe import placement as mp
 from vllm_ds4x.moe import prefill
 
-NOT_MEASURED = ("GPU prefill's speed is not measured here (no prefill run is committed under bench/results), so this "
-                "is about fit only")
+NOT_MEASURED = ("GPU prefill's speed is not measured here (no prefill run is committed under bench/results, and no "
+                "measure profile with a prefill section is given: --profile), so this is about fit only")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measure profile's "prefill" section (None: the profile has none) and where it came from."""
+
+    section: dict[str, Any] | None
+    source: str
+    """'--profile P', or plan --measure's --profile-out"""
+
+
+def measured(profile: dict[str, Any] | None, source: str) -> Measured | None:
+    """The prefill curve of a measure profile (None: no profile); a section that is not the one measure
+    writes is one error naming the file."""
+    if profile is None:
+        return None
+    section = profile.get("prefill")
+    if section is not None and (why := analysis.prefill_problem(section)):
+        raise InputError(f"{source}: its \"prefill\" section is not the one measure writes: {why}",
+                         "give the file measure wrote (--profile-out), or measure again")
+    return Measured(section=section, source=source)
+
+
+def _chunk(section: dict[str, Any], tokens: int) -> dict[str, Any]:
+    """The row timed on the CPU that a step of `tokens` tokens is nearest to: the largest at or below it, else the
+    smallest."""
+    timed = [row for row in section["rows"] if row.get("cpu_ms")]
+    below = [row for row in timed if row["rows"] <= tokens]
+    return max(below, key=lambda r: r["rows"]) if below else min(timed, key=lambda r: r["rows"])
+
+
+def _per_layers(rows: int, layers: int, ms: float) -> str:
+    if layers <= 0:
+        return "no lk_moe layer left: every MoE layer is resident"
+    return f"{analysis.prefill_tok_s(rows, layers, ms):.0f} tok/s ({layers} lk_moe layers x {ms:.1f} ms a layer call)"
+
+
+def speed(found: Fit, section: dict[str, Any], source: str, moe_layers: int) -> str:
+    """prefill tok/s from the measured curve at the step's chunk (rows / (layers x ms)): on the CPU over the lk_moe
+    layers left beside CPU prefill, on the GPU over those left beside GPU prefill; and the crossover."""
+    row = _chunk(section, found.tokens)
+    n = row["rows"]
+    which = f"a {n}-token chunk" + ("" if n == found.tokens else
+                                     f" (the nearest timed to --max-num-batched-tokens {found.tokens})")
+    head = f"measured ({source}, LK_THREADS={section.get('lk_threads')}): {which} prefills at " \
+           f"{_per_layers(n, moe_layers - found.without, row['cpu_ms'])} on the CPU"
+    engine = section.get("engine")
+    if engine is None:
+        return f"{head}; GPU prefill was not timed (measure ran where torch saw no GPU), so its speed is not known"
+    gpu_layers = moe_layers - (found.with_prefill or 0)
+    gpu = f"{_per_layers(n, gpu_layers, row['gpu_ms'])} on the GPU ({engine})" if row.get("gpu_ms") else \
+        f"the GPU ({engine}) was not timed at that chunk"
+    timed_both = [r["rows"] for r in section["rows"] if r.get("cpu_ms") and r.get("gpu_ms")]
+    cross = section.get("crossover")
+    if cross:
+        wins = f"the GPU is faster from {cross} tokens a chunk"
+    else:
+        wins = f"the GPU is not faster at the largest chunk timed both ways ({max(timed_both, default=0)} tokens)"
+    return f"{head} and {gpu}; {wins}; the routed experts only (attention and resident layers come on top)"
 
 
 def settings(args: PlanRequest) -> prefill.PrefillSettings:
@@ -55,8 +119,9 @@ def _engine(on: prefill.PrefillSettings) -> str:
     return "cutlass, its arena taken as one layer of experts"
 
 
-def sentence(found: Fit, max_model_len: int) -> str:
-    """'at --max-model-len N (X GiB KV cache): GPU prefill (...) fits with 1 resident layer(s), not the 2 ...'"""
+def sentence(found: Fit, max_model_len: int, curve: Measured | None = None, moe_layers: int = 0) -> str:
+    """'at --max-model-len N (X GiB KV cache): GPU prefill (...) fits with 1 resident layer(s), not the 2 ...', then
+    the measured speeds from `curve` over the model's `moe_layers` (speed), or NOT_MEASURED without them."""
     gib = mp.GIB
     cost = (f"GPU prefill ({_engine(found.on)}: {found.staging / gib:.2f} GiB staging + {found.scratch / gib:.2f} "
             f"GiB scratch at {found.tokens} tokens a step)")
@@ -66,4 +131,8 @@ def sentence(found: Fit, max_model_len: int) -> str:
         fits = f"fits with {found.with_prefill} resident layer(s), not the {found.without} that fit without it"
     else:
         fits = f"fits beside the {found.without} resident layer(s) that fit without it"
-    return f"at --max-model-len {max_model_len} ({found.kv_cache / gib:.2f} GiB KV cache): {cost} {fits}; {NOT_MEASURED}"
+    head = f"at --max-model-len {max_model_len} ({found.kv_cache / gib:.2f} GiB KV cache): {cost} {fits}"
+    if curve is None or curve.section is None:
+        old = f" ({curve.source} has no \"prefill\" section: measure again to time it)" if curve else ""
+        return f"{head}; {NOT_MEASURED}{old}"
+    return f"{head}; {speed(found, curve.section, curve.source, moe_layers)}"

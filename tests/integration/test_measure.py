@@ -155,9 +155,11 @@ def test_a_python_without_lk_moe_is_named(tmp_path: Path) -> None:
 def test_measure_without_python_runs_lk_moe_in_its_cached_venv(lk_python: Path, tmp_path: Path) -> None:
     """This Python has no lk_moe: plan --measure takes the venv ds4x keeps for it, and lk_moe's own
     engine times the layer. Held to what it writes, never to how fast: every case of every token
-    count timed, each a finite time above 0, and a profile the adaptive policy reads."""
+    count timed, each a finite time above 0, and a profile the adaptive policy reads; and the prefill
+    chunk through the fork's CPU path (cpu_prefill here: no GPU), the smallest chunk always timed, the
+    GPU way not (no GPU: that way runs only on a GPU machine, not here)."""
     done = plan("--config", config(tmp_path), "--threads", 1, "--budget", 2, *ANY_NOISE, "--profile-out",
-                tmp_path / "p.json", cwd=tmp_path)
+                tmp_path / "p.json", "--prefill-budget", 4, "--max-num-batched-tokens", 1024, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "using (or making) its venv in the ds4x cache" in done.stderr
     measured = json.loads((tmp_path / "p.json").read_text())["measured"]
@@ -169,3 +171,10 @@ def test_measure_without_python_runs_lk_moe_in_its_cached_venv(lk_python: Path, 
         assert 1 <= case["distinct"] <= EXPERTS
     assert all(math.isfinite(s) and s > 0 for s in measured["step_seconds"])
     assert math.isfinite(run["ram_gbs"]) and run["ram_gbs"] > 0
+    section = json.loads((tmp_path / "p.json").read_text())["prefill"]
+    assert section["engine"] is None and section["cpu_path"] == "cpu_prefill" and section["lk_threads"] == 1
+    timed = [row["rows"] for row in section["rows"]]
+    assert timed[0] == 512 and sorted([*timed, *section["not_timed_in_budget"]["cpu"]]) == [512, 1024]
+    assert all(math.isfinite(row["cpu_ms"]) and row["cpu_ms"] > 0 and row["gpu_ms"] is None
+               for row in section["rows"])
+    assert "GPU prefill not timed: no GPU here" in done.stdout

@@ -187,7 +187,7 @@ def test_plan_measure_prints_the_mixed_case_from_two_requests(seqs: int, tmp_pat
     (tmp_path / "c.json").write_text(json.dumps(SMALL))
     assert main(["plan", "--measure", "--config", str(tmp_path / "c.json"), "--python", sys.executable,
                  "--threads", "1", "--budget", "1", "--gpu-ms", "2", "--max-num-seqs", str(seqs),
-                 "--profile-out", str(tmp_path / "p.json")]) == 0
+                 "--profile-out", str(tmp_path / "p.json"), "--prefill-budget", "0"]) == 0
     out = capsys.readouterr().out
     if seqs < 2:
         assert "mixed batch" not in out

@@ -50,7 +50,8 @@ def measure(tmp_path: Path, curves: list[tuple[list[float], float]], budget: int
     python.write_text(STANDIN.format(python=sys.executable))
     python.chmod(0o755)
     code = main(["plan", "--measure", "--config", str(config(tmp_path)), "--python", str(python),
-                 "--threads", "1", "2", "--budget", str(budget), "--profile-out", str(tmp_path / "p.json"), *extra])
+                 "--threads", "1", "2", "--budget", str(budget), "--profile-out", str(tmp_path / "p.json"),
+                 "--prefill-budget", "0", *extra])  # decode's noise alone: the prefill curve is test_measure_prefill's
     jobs = [json.loads(line) for line in (tmp_path / "jobs.jsonl").read_text().splitlines()]
     assert all(job["tokens"] == TOKENS for job in jobs)
     assert sum(job["budget_s"] for job in jobs) <= budget + 1e-9  # timing again stays within --budget

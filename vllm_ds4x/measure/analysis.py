@@ -196,11 +196,112 @@ def mixed(best: Run, k: int, moe_layers: int, gpu_ms: Sequence[float], max_num_s
 
 
 def profile(best: Run, runs: list[Run], fmt: str, k: int, moe_layers: int, gpu_ms: Sequence[float],
-            max_num_seqs: int, acceptance: Sequence[float], predicted: dict[int, Any]) -> dict[str, Any]:
-    """ds4x-step-cost.json: the draft_depth object adaptive starts from, and what was measured."""
-    return {"draft_depth": {"policy": "adaptive", **adaptive_start(best, k, moe_layers, gpu_ms, max_num_seqs, acceptance)},
+            max_num_seqs: int, acceptance: Sequence[float], predicted: dict[int, Any],
+            prefill: dict[str, Any] | None = None) -> dict[str, Any]:
+    """ds4x-step-cost.json: the draft_depth object adaptive starts from, what was measured, and (where
+    timed) the "prefill" section plan's prefill advice reads."""
+    return {**({"prefill": prefill} if prefill else {}),"draft_depth": {"policy": "adaptive", **adaptive_start(best, k, moe_layers, gpu_ms, max_num_seqs, acceptance)},
             "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
                          "step_seconds": step_seconds(best, k, moe_layers, gpu_ms), "gpu_ms": gpu_ms,
                          "acceptance": {"reasoning": acceptance[0], "answer": acceptance[1]},
                          "runs": runs, "predicted_tok_s": predicted[1],
                          "predicted_tok_s_by_requests": {str(n): r for n, r in predicted.items()}}}
+
+
+PREFILL_PATHS = ("cpu", "gpu")
+"""the two ways the fork prefills an lk_moe layer: its _cpu_prefill, its GPU prefill (the hook's driver)"""
+
+
+def prefill_answer_problem(answer: Any, path: str, chunks: Sequence[int]) -> str | None:
+    """Why a prefill worker's answer cannot be used (None: it can): its path, the smallest chunk timed,
+    every timed chunk one of those asked, in order, each ms finite and above 0, the rest listed skipped."""
+    found = answer.get("prefill") if isinstance(answer, dict) else None
+    if not isinstance(found, dict) or found.get("path") != path:
+        return f"no \"prefill\" object for the {path} path"
+    rows, skipped = found.get("rows"), found.get("skipped", [])
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows) or \
+            not isinstance(skipped, list):
+        return "no timed prefill chunk"
+    timed = [r.get("rows") for r in rows]
+    if timed[0] != min(chunks) or sorted([*timed, *skipped]) != sorted(chunks) or timed != sorted(timed):
+        return f"prefill chunks {str(timed)[:60]} (skipped {str(skipped)[:40]}), not the {list(chunks)} asked"
+    for row in rows:
+        if not _positive(row.get("ms")):
+            return f"at {row['rows']} rows ms {str(row.get('ms'))[:20]}: a prefill time must be finite and above 0"
+    if path == "gpu" and not isinstance(found.get("engine"), str):
+        return "no GPU prefill engine named"
+    return None
+
+
+def crossover(rows: Sequence[dict[str, Any]]) -> int | None:
+    """The smallest chunk from which the GPU is faster at every larger chunk timed both ways; None where
+    it is not faster at the largest (or nothing was timed both ways)."""
+    both = [r for r in sorted(rows, key=lambda r: r["rows"]) if r.get("cpu_ms") and r.get("gpu_ms")]
+    found = None
+    for row in reversed(both):
+        if row["gpu_ms"] >= row["cpu_ms"]:
+            break
+        found = row["rows"]
+    return found
+
+
+def prefill_section(cpu: Run, gpu: Run | None, batched: int) -> dict[str, Any]:
+    """The profile's "prefill" section from the workers' answers (prefill_answer_problem-checked): ms a
+    layer call by chunk size each way (None: not timed), the crossover, the engine, the LK_THREADS."""
+    cpu_ms = {r["rows"]: r["ms"] for r in cpu["prefill"]["rows"]}
+    gpu_ms = {r["rows"]: r["ms"] for r in gpu["prefill"]["rows"]} if gpu else {}
+    rows = [{"rows": n, "cpu_ms": cpu_ms.get(n), "gpu_ms": gpu_ms.get(n)} for n in sorted({*cpu_ms, *gpu_ms})]
+    skipped = {way: sorted(run["prefill"]["skipped"]) for way, run in (("cpu", cpu), ("gpu", gpu)) if run}
+    return {"lk_threads": cpu["threads"], "max_num_batched_tokens": batched,
+            "engine": gpu["prefill"]["engine"] if gpu else None, "cpu_path": cpu["prefill"]["how"],
+            "gpu_path": gpu["prefill"]["how"] if gpu else None, "rows": rows, "crossover": crossover(rows),
+            "not_timed_in_budget": skipped}
+
+
+def prefill_tok_s(rows: int, layers: int, ms: float) -> float:
+    """Prefill tok/s of a chunk of `rows` tokens through `layers` lk_moe layers at `ms` a layer call: the
+    routed experts only (attention, resident layers and the rest of the model come on top)."""
+    return rows / (max(layers, 1) * ms / 1000)
+
+
+def prefill_problem(section: Any) -> str | None:
+    """Why a profile's "prefill" section cannot be read (None: it can): the shape prefill_section writes."""
+    if not isinstance(section, dict) or not isinstance(section.get("rows"), list) or not section["rows"]:
+        return "no \"rows\" list"
+    for row in section["rows"]:
+        if not isinstance(row, dict) or isinstance(row.get("rows"), bool) or not isinstance(row.get("rows"), int) \
+                or row["rows"] < 1:
+            return f"row {str(row)[:60]}: no whole number of \"rows\" above 0"
+        for way in ("cpu_ms", "gpu_ms"):
+            if row.get(way) is not None and not _positive(row[way]):
+                return f"at {row['rows']} rows {way} {str(row[way])[:20]}: finite and above 0, or null"
+    if not any(row.get("cpu_ms") for row in section["rows"]):
+        return "no chunk timed on the CPU"
+    engine = section.get("engine")
+    if engine is not None and not isinstance(engine, str):
+        return f"engine {str(engine)[:20]}: a name or null"
+    return None
+
+
+def prefill_table(section: dict[str, Any], moe_layers: int) -> list[str]:
+    """The prefill curve by chunk size: ms a layer call and tok/s over `moe_layers` lk_moe layers each way."""
+    gpu = section["engine"] is not None
+    lines = [f"{'chunk':>6} {'CPU ms/layer':>13} {'CPU tok/s':>10}" + (f" {'GPU ms/layer':>13} {'GPU tok/s':>10}"
+                                                                       if gpu else "")]
+    for row in section["rows"]:
+        line = f"{row['rows']:>6}"
+        for way in ("cpu_ms", "gpu_ms") if gpu else ("cpu_ms",):
+            ms = row[way]
+            line += f" {ms:13.2f} {prefill_tok_s(row['rows'], moe_layers, ms):10.0f}" if ms else f" {'-':>13} {'-':>10}"
+        lines.append(line)
+    left_out = {way: rows for way, rows in section["not_timed_in_budget"].items() if rows}
+    if left_out:
+        lines.append("not timed within --prefill-budget: " + "; ".join(
+            f"{way.upper()} {', '.join(map(str, rows))} rows" for way, rows in left_out.items()))
+    if not gpu:
+        lines.append("GPU prefill not timed: no GPU here (torch sees none in --python)")
+    elif section["crossover"]:
+        lines.append(f"the GPU ({section['engine']}) is faster from {section['crossover']} tokens a chunk")
+    else:
+        lines.append(f"the GPU ({section['engine']}) is not faster at the largest chunk timed")
+    return lines

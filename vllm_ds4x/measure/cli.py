@@ -19,8 +19,11 @@ import vllm_ds4x
 from vllm_ds4x import bounded
 from vllm_ds4x.measure.analysis import SPREAD_BOUND
 from vllm_ds4x.measure.request import (
+    DEFAULT_BATCHED_TOKENS,
     DEFAULT_GPU_MS,
+    DEFAULT_PREFILL_BUDGET,
     FIRST_SHARE,
+    MAX_BATCHED_TOKENS,
     MAX_K,
     MAX_SEQS,
     MAX_THREADS,
@@ -31,12 +34,15 @@ from vllm_ds4x.measure.request import (
     check,
     layer_bytes,
     layer_to_time,
+    prefill_chunks,
     thread_counts,
 )
 
 WORKER = "vllm_ds4x.measure.worker"
 """the timing worker's module, run with `-m` in the Python with lk_moe; PYTHONPATH gets this
 package's folder first, so a Python that has no ds4x installed runs the same code"""
+GPU_PREFILL_WORKER = "vllm_ds4x.hooks.prefill_timing"
+"""the same worker for the GPU prefill job, through the fork's hook (a module above this layer, run by name)"""
 
 
 def worker_env(threads: int) -> dict[str, str]:
@@ -59,20 +65,69 @@ def run_workers(spec: dict[str, Any], threads: list[int], budget_s: float, pytho
 
     runs: list[dict[str, Any]] = []
     for count in tqdm(threads, desc="LK_THREADS", unit="setting", disable=not sys.stderr.isatty()):
-        env = worker_env(count)
         job = {**spec, "budget_s": budget_s / len(threads), "bandwidth": 0 if runs else bandwidth_bytes}
-        limit = job["budget_s"] + 600
-        try:
-            done = subprocess.run([python, "-m", WORKER, "--worker", json.dumps(job)], env=env, capture_output=True,
-                                  text=True, timeout=limit)
-        except subprocess.TimeoutExpired:
-            raise MeasureError(f"lk_moe with LK_THREADS={count} did not finish in {limit:.0f} s", 1) from None
-        results = [line for line in done.stdout.splitlines() if line.startswith("{")]
-        if done.returncode or not results:
-            tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
-            raise MeasureError(f"lk_moe with LK_THREADS={count} failed (exit {done.returncode}): {tail}", 1)
-        runs.append(_answer(results[-1], count, spec["tokens"], bool(job["bandwidth"])))
+        line = _one_worker(job, count, python, job["budget_s"], f"lk_moe with LK_THREADS={count}")
+        runs.append(_answer(line, count, spec["tokens"], bool(job["bandwidth"])))
     return runs
+
+
+def _one_worker(job: dict[str, Any], threads: int, python: str, budget_s: float, what: str, fix: str = "",
+                module: str = WORKER) -> str:
+    """The timing worker (`module`) run once on `job` at LK_THREADS=`threads`: its last JSON line; killed ten
+    minutes past its budget. `what` names it in the error, `fix` ends it."""
+    limit = budget_s + 600
+    try:
+        done = subprocess.run([python, "-m", module, "--worker", json.dumps(job)], env=worker_env(threads),
+                              capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise MeasureError(f"{what} did not finish in {limit:.0f} s{fix}", 1) from None
+    results = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not results:
+        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
+        raise MeasureError(f"{what} failed (exit {done.returncode}): {tail}{fix}", 1)
+    return results[-1]
+
+
+SKIP_PREFILL = "; --prefill-budget 0 measures decode alone"
+
+
+def timed_prefill(request: MeasureRequest, spec: dict[str, Any], best: dict[str, Any], python: str,
+                  moe_layers: int) -> dict[str, Any] | None:
+    """A prefill chunk timed both ways at the best LK_THREADS, one worker process a way, within
+    --prefill-budget (halved between the ways where there are two): the profile's "prefill" section,
+    printed; None with --prefill-budget 0. The GPU way where the decode curve ran on a GPU (cpu_decode)."""
+    from vllm_ds4x.measure import analysis
+
+    if not request.prefill_budget:
+        print("\nprefill: not timed (--prefill-budget 0)")
+        return None
+    chunks = prefill_chunks(request.max_num_batched_tokens)
+    ways = analysis.PREFILL_PATHS if best["path"] == "cpu_decode" else analysis.PREFILL_PATHS[:1]
+    share, threads = request.prefill_budget / len(ways), best["threads"]
+    print(f"\nprefill: one layer call per chunk of {', '.join(map(str, chunks))} tokens, {' and '.join(ways)}, at "
+          f"LK_THREADS={threads}, {request.prefill_budget:g} s budget")
+    answers: dict[str, dict[str, Any]] = {}
+    for way in ways:
+        job = {**spec, "prefill": {"path": way, "chunks": chunks, "budget_s": share}}
+        what = f"lk_moe's {way.upper()} prefill at LK_THREADS={threads}"
+        line = _one_worker(job, threads, python, share, what, SKIP_PREFILL,
+                           GPU_PREFILL_WORKER if way == "gpu" else WORKER)
+        why: str | None
+        try:
+            answer = bounded.loads(line)
+        except bounded.BoundError as e:
+            answer, why = None, f"no JSON ({str(e)[:80]})"
+        else:
+            why = analysis.prefill_answer_problem(answer, way, chunks)
+        if why:
+            raise MeasureError(f"the timing worker ({WORKER}) for {what} answered {why}; nothing is written from it: "
+                               f"check lk_moe (and torch) in --python{SKIP_PREFILL}", 1)
+        answers[way] = cast(dict[str, Any], answer)
+    section = analysis.prefill_section(answers["cpu"], answers.get("gpu"), max(chunks))
+    print(f"prefill per chunk (tok/s: all {moe_layers} MoE layers on lk_moe, the routed experts only; CPU: "
+          f"{section['cpu_path']}{'; GPU: ' + section['gpu_path'] if section['gpu_path'] else ''}):")
+    print("\n".join(analysis.prefill_table(section, moe_layers)))
+    return section
 
 
 def _answer(line: str, threads: int, tokens: list[int], bandwidth: bool) -> dict[str, Any]:
@@ -136,6 +191,9 @@ def add_arguments(p: argparse._ActionsContainer, shared: bool = True) -> None:
         p.add_argument("--max-num-seqs", type=bounded.count(1, MAX_SEQS), default=1, help="requests per batch to time (default 1)")
         p.add_argument("--plot", type=Path, help="write a PNG of the curve per LK_THREADS")
         p.add_argument("--force", action="store_true", help="write over an existing --profile-out or --plot")
+        p.add_argument("--max-num-batched-tokens", type=bounded.count(1, MAX_BATCHED_TOKENS), metavar="N",
+                       help=f"vllm serve's: the largest prefill chunk timed (default {DEFAULT_BATCHED_TOKENS}, the "
+                            f"user's); chunks double from 512 up to it")
         p.add_argument("--python", default=sys.executable,
                        help="the Python with lk_moe and numpy that runs the timing worker, one process per LK_THREADS "
                             "value (default: this one, the Python running measure; refused before any timing where "
@@ -157,6 +215,11 @@ def add_arguments(p: argparse._ActionsContainer, shared: bool = True) -> None:
                    help=f"the rest of a decode step besides the CPU experts (GPU side, drafter, scheduler) in ms: "
                         f"one figure, or one per verified depth 0..K as the end-to-end benchmark measures it "
                         f"(default {DEFAULT_GPU_MS}: RTX 5090, DeepSeek-V4-Flash)")
+    p.add_argument("--prefill-budget", type=float, default=DEFAULT_PREFILL_BUDGET, metavar="S",
+                   help=f"seconds to time a prefill chunk both ways at the best LK_THREADS (the fork's CPU prefill; "
+                        f"its GPU prefill through lk_moe's driver where a GPU is present) at chunk sizes up to "
+                        f"--max-num-batched-tokens, smallest first, larger ones left out when they would not fit "
+                        f"(default {DEFAULT_PREFILL_BUDGET:g}; 0: none)")
     p.add_argument("--profile-out", type=Path, default=Path("ds4x-step-cost.json"),
                    help="where to write the step-cost profile (default ds4x-step-cost.json)")
 
@@ -172,7 +235,8 @@ def run(request: MeasureRequest, find_python: Callable[[], str] | None = None) -
           f"{spec['inter']}, {fmt} ({need / 2**30:.2f} GiB); {moe_layers} MoE layers a step; "
           f"LK_THREADS {threads}; {request.budget:.0f} s budget")
     runs, best = _timed_curve(request, spec, threads, python, moe_layers)
-    _advise(request, best, runs, fmt, moe_layers)
+    prefill = timed_prefill(request, spec, best, python, moe_layers)
+    _advise(request, best, runs, fmt, moe_layers, prefill)
     if request.plot:
         plot(request.plot, runs, moe_layers)
         print(f"plot: {request.plot}")
@@ -203,7 +267,7 @@ def _timed_curve(request: MeasureRequest, spec: dict[str, Any], threads: list[in
 
 
 def _advise(request: MeasureRequest, best: dict[str, Any], runs: list[dict[str, Any]], fmt: str,
-            moe_layers: int) -> None:
+            moe_layers: int, prefill: dict[str, Any] | None = None) -> None:
     """The predictions from a clean curve, and the profile written (atomically) with how to start from it."""
     from vllm_ds4x.measure import analysis
 
@@ -212,7 +276,7 @@ def _advise(request: MeasureRequest, best: dict[str, Any], runs: list[dict[str, 
     k, shape = request.num_speculative_tokens, (moe_layers, request.gpu_ms, request.max_num_seqs)
     predicted, lines = analysis.predict(best, k, *shape, request.acceptance)
     print("\n".join(lines + analysis.mixed(best, k, *shape, request.acceptance)))
-    profile = analysis.profile(best, runs, fmt, k, *shape, request.acceptance, predicted)
+    profile = analysis.profile(best, runs, fmt, k, *shape, request.acceptance, predicted, prefill)
     out = request.profile_out
     part = out.with_name(f".{out.name}.part-{os.getpid()}")
     try:  # built aside, then renamed into place: a reader sees the old profile whole or the new one

@@ -16,7 +16,11 @@ reads it once). The curve at the best thread count is timed again, within
 bound); one that stays noisy is reported with its spread, and nothing is advised
 from it. From a clean curve: tok/s per phase of fixed 0..K, phase and adaptive
 (the simulation of depth_sim), and a profile whose step costs the adaptive policy
-starts from.
+starts from. Then a prefill chunk both ways at the best LK_THREADS, within --prefill-budget: the
+fork's CPU prefill (cpu_prefill, with the host copies where a GPU holds the activations) and, where a
+GPU is present, its GPU prefill through vllm_ds4x.hooks.moe_prefill, at chunk sizes up to
+--max-num-batched-tokens; the ms a layer call of each, the crossover where the GPU wins, in the
+profile's "prefill" section that plan's prefill advice reads.
 """
 
 from __future__ import annotations
@@ -42,6 +46,10 @@ MAX_BUDGET_S, MAX_GPU_MS = 86400, 60000  # a day of timing; a minute per step
 MAX_THREADS_PER_CORE = 8  # LK_THREADS above the core count is the trap measured; far above it, a typo
 MAX_THREADS = 4096  # the parse's bound; check() holds --threads to MAX_THREADS_PER_CORE x this machine's cores
 FIRST_SHARE, RETIMES = 0.5, 2  # the sweep's share of --budget; the rest times a noisy curve again, twice at most
+DEFAULT_BATCHED_TOKENS = 8192  # the user's --max-num-batched-tokens: the largest prefill chunk timed by default
+PREFILL_CHUNK_FLOOR = 512  # the smallest prefill chunk timed; chunks double from it up to --max-num-batched-tokens
+MAX_BATCHED_TOKENS = 1 << 20  # a chunk of a million rows: above any step the fork takes
+DEFAULT_PREFILL_BUDGET = 60.0  # seconds of prefill timing, both ways together
 DEFAULT_GPU_MS = 28.5  # the GPU side of DeepSeek-V4-Flash's K=2 step on an RTX 5090 (153.5 - 125.0 ms reported)
 
 
@@ -74,6 +82,10 @@ class MeasureRequest:
     profile_out: Path
     python: str | None
     """None: run() asks its find_python once every input is checked (plan)"""
+    max_num_batched_tokens: int | None
+    """the largest prefill chunk timed; None: DEFAULT_BATCHED_TOKENS"""
+    prefill_budget: float
+    """seconds of prefill timing; 0: none"""
 
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> MeasureRequest:
@@ -94,6 +106,17 @@ def available_ram() -> int | None:
 def thread_counts(cores: int) -> list[int]:
     """A few values up to the core count, the core count itself included (the trap)."""
     return sorted({max(1, cores // 4), max(1, cores // 2), max(1, cores * 3 // 4), cores})
+
+
+def prefill_chunks(max_num_batched_tokens: int | None) -> list[int]:
+    """The prefill chunk sizes measure times: PREFILL_CHUNK_FLOOR doubling up to --max-num-batched-tokens,
+    and that itself (a step's largest chunk); below the floor, that alone."""
+    most = max_num_batched_tokens or DEFAULT_BATCHED_TOKENS
+    sizes, size = {most}, PREFILL_CHUNK_FLOOR
+    while size < most:
+        sizes.add(size)
+        size *= 2
+    return sorted(sizes)
 
 
 def layer_spec(shape: ModelShape, fmt: str, k: int, max_num_seqs: int) -> dict[str, Any]:
@@ -152,6 +175,13 @@ def _check_counts(request: MeasureRequest) -> None:
     if any(not 1 <= t <= most for t in threads) or len(threads) > 64:
         raise MeasureError(f"{where}: --threads {' '.join(map(str, threads))[:60]}: up to 64 values in 1..{most} "
                            f"({MAX_THREADS_PER_CORE} x the {os.cpu_count()} cores here)")
+    batched = request.max_num_batched_tokens
+    if batched is not None and not 1 <= batched <= MAX_BATCHED_TOKENS:
+        raise MeasureError(f"{where}: --max-num-batched-tokens {batched}: give tokens in 1..{MAX_BATCHED_TOKENS}, "
+                           f"e.g. {DEFAULT_BATCHED_TOKENS} (vllm serve's)")
+    if not 0 <= request.prefill_budget <= MAX_BUDGET_S:  # NaN fails this too
+        raise MeasureError(f"{where}: --prefill-budget {request.prefill_budget}: give seconds in [0, {MAX_BUDGET_S}], "
+                           f"e.g. {DEFAULT_PREFILL_BUDGET:g} (0: no prefill timing)")
     if not all(0 < a < 1 for a in request.acceptance):
         raise MeasureError(f"{where}: --acceptance {list(request.acceptance)}: rates in (0, 1), e.g. 0.39 0.89")
 
@@ -190,8 +220,11 @@ def layer_to_time(request: MeasureRequest) -> tuple[dict[str, Any], str, int, in
                            f"here; pass --format mxfp4 or bf16")
     spec = layer_spec(shape, fmt, request.num_speculative_tokens, request.max_num_seqs)
     need, free = layer_bytes(spec), available_ram()
-    if free is not None and HELD * need > 0.9 * free:
+    # the prefill worker's buffers at the largest chunk (activations, fp32 output, their copies), beside its layer
+    chunk_bytes = 16 * shape.hidden * max(prefill_chunks(request.max_num_batched_tokens)) if request.prefill_budget else 0
+    if free is not None and HELD * need + chunk_bytes > 0.9 * free:
         raise MeasureError(f"one {fmt} layer of this shape is {need / 2**30:.2f} GiB, {HELD * need / 2**30:.2f} GiB "
-                           f"while lk_moe copies it in; {free / 2**30:.2f} GiB of RAM is available (90% usable): "
-                           f"free memory, or measure on the serving machine", 1)
+                           f"while lk_moe copies it in (and {chunk_bytes / 2**30:.2f} GiB for the largest prefill "
+                           f"chunk); {free / 2**30:.2f} GiB of RAM is available (90% usable): free memory, lower "
+                           f"--max-num-batched-tokens, or measure on the serving machine", 1)
     return spec, fmt, len(shape.moe_layers), need
