@@ -53,7 +53,7 @@ def pool_exported() -> set[str]:
         suffix = "_total"
 
     pool = pool_metrics.PoolProm(Counter, Gauge, ["model_name", "engine"], {0: ["m", "0"]})
-    pool.observe(pool_metrics.PoolTotals(epoch="e"))
+    pool.observe(pool_metrics.PoolGrowth())
     return names
 
 

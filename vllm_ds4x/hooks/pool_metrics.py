@@ -36,26 +36,28 @@ Bytes pumped per second (host to GPU)::
 
     sum(rate(vllm:lk_moe_pool_pumped_bytes_total[5m]))
 
-How they travel, as the spec-decode counters do: each step the scheduler (in the engine core)
-puts lk_moe's cumulative counts on its SchedulerStats (`snapshot`: only when they changed), which
+How they travel, as vLLM's own counters do: each step the scheduler (in the engine core) puts on
+its SchedulerStats what lk_moe's counts grew by since the step that last carried them, and the
+gauge's value now (`snapshot`: `PoolGrowth`, only when a count grew or the gauge moved). Those
 reach the API server in the engine core's outputs; there vLLM's PrometheusStatLogger hands them to
-`PoolProm`, which adds what each engine's counts grew by since its last ones (`increments`). An
-engine core that starts again (a new lk_moe, counting from 0) is told by its epoch, or by a count
-that went down: its counts are then new, never a negative increment.
+`PoolProm`, which adds each to its counter. The engine core hands each step's stats to one
+front-end only, so with several API server processes (``--api-server-count``, Prometheus'
+multiprocess mode) each growth is counted once, by one of them, and their sum is the engine's
+count. An lk_moe that counts from 0 again (a count went down) has its counts taken whole, never a
+negative growth.
 
 Dashboards over these (Grafana, Perses): examples/dashboards in the ds4x repository.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 COUNTERS = ("hits", "misses", "pumps", "pumped_bytes", "cover_miss", "cover_dup")
-"""PoolTotals' cumulative counts, each a Prometheus counter `vllm:lk_moe_pool_<name>`"""
+"""lk_moe's pool counts (PoolGrowth carries what each grew by), each a Prometheus counter
+`vllm:lk_moe_pool_<name>`"""
 DEVICE_GAUGE = "vllm:lk_moe_device_memory_bytes"
 _HELP = {
     "hits": "Routed experts of lk_moe's pooled layers found in a landed GPU slot (all layers together).",
@@ -73,10 +75,22 @@ def metric_name(counter: str) -> str:
 
 
 @dataclass
-class PoolTotals:
-    """lk_moe's pool counts since its process started (all pooled layers), as one engine last read them."""
+class PoolCounts:
+    """lk_moe's pool counts since its process started (all pooled layers), as the engine core read them."""
 
-    epoch: str  # one per engine core process that reads: a new one is an lk_moe that counts from 0
+    hits: int = 0
+    misses: int = 0
+    pumps: int = 0
+    pumped_bytes: int = 0
+    cover_miss: int = 0
+    cover_dup: int = 0
+
+
+@dataclass
+class PoolGrowth:
+    """What one engine's pool counts grew by since the step that last carried them, and the device
+    bytes lk_moe holds now: what one step's SchedulerStats carries to one front-end."""
+
     hits: int = 0
     misses: int = 0
     pumps: int = 0
@@ -102,38 +116,39 @@ def bytes_per_pump(slots: Mapping[int, int]) -> int:
     return round(sum(slots.values()) / len(slots))
 
 
-def totals(stats: Mapping[str, Any], per_pump: int, device_bytes: int, epoch: str) -> PoolTotals:
-    """lk_moe's pool_stats() as PoolTotals: its `bytes`, else pumps x `per_pump` (any other count it
+def counts(stats: Mapping[str, Any], per_pump: int) -> PoolCounts:
+    """lk_moe's pool_stats() as PoolCounts: its `bytes`, else pumps x `per_pump` (any other count it
     lacks is 0)."""
     count = {key: int(stats.get(key, 0)) for key in ("hits", "misses", "pumps", "cover_miss", "cover_dup")}
     pumped = int(stats["bytes"]) if "bytes" in stats else count["pumps"] * per_pump
-    return PoolTotals(epoch=epoch, pumped_bytes=pumped, device_bytes=int(device_bytes), **count)
+    return PoolCounts(pumped_bytes=pumped, **count)
 
 
-def increments(last: PoolTotals | None, now: PoolTotals) -> dict[str, int]:
-    """What each counter grew by from `last` to `now`, never negative: the first counts, those of a new
-    epoch (a new engine core process) and those where any count went down (lk_moe counting from 0
-    again) are new counts, all of them."""
-    reset = last is None or last.epoch != now.epoch or any(getattr(now, k) < getattr(last, k) for k in COUNTERS)
-    return {k: getattr(now, k) - (0 if reset or last is None else getattr(last, k)) for k in COUNTERS}
+def growth(last: PoolCounts | None, now: PoolCounts, device_bytes: int) -> PoolGrowth:
+    """What each count grew by from `last` to `now`, never negative: the first counts and those where any
+    count went down (lk_moe counting from 0 again) are new counts, all of them."""
+    reset = last is None or any(getattr(now, k) < getattr(last, k) for k in COUNTERS)
+    base = PoolCounts() if reset or last is None else last
+    return PoolGrowth(device_bytes=int(device_bytes), **{k: getattr(now, k) - getattr(base, k) for k in COUNTERS})
 
 
 class Reader:
     """The engine core's side: the pooled layers of this process (moe_pool.attach adds each) and
-    lk_moe's counts, read each step, handed on only when they changed."""
+    lk_moe's counts, read each step; what they grew by is handed on only when something changed."""
 
     def __init__(self, read_stats: Callable[[], Mapping[str, Any]] | None = None,
                  read_device: Callable[[], int] | None = None) -> None:
         self.slots: dict[int, int] = {}  # lk_moe layer id -> one slot's bytes (for an lk_moe that counts no bytes)
         self._read_stats, self._read_device = read_stats, read_device
-        self._epoch = ""
-        self._last: PoolTotals | None = None
+        self._last: PoolCounts | None = None  # the counts the last growth handed on reached
+        self._device: int | None = None  # the device bytes last handed on
 
     def add_layer(self, layer_id: int, info: Mapping[str, Any]) -> None:
         self.slots[layer_id] = slot_bytes(info)
 
-    def snapshot(self) -> PoolTotals | None:
-        """The counts now, or None: no pooled layer in this process, or nothing counted since the last."""
+    def snapshot(self) -> PoolGrowth | None:
+        """What the counts grew by since the last growth handed on, and the device bytes now; None: no
+        pooled layer in this process, lk_moe's pool off, or no count grew and the device bytes stayed."""
         if not self.slots:
             return None
         if self._read_stats is None or self._read_device is None:
@@ -143,13 +158,12 @@ class Reader:
         stats = self._read_stats()
         if not stats.get("enabled", 1):
             return None
-        if not self._epoch:  # made in the process that reads, never inherited through a fork
-            self._epoch = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        now = totals(stats, bytes_per_pump(self.slots), self._read_device(), self._epoch)
-        if now == self._last:
+        now = counts(stats, bytes_per_pump(self.slots))
+        grown = growth(self._last, now, self._read_device())
+        if now == self._last and grown.device_bytes == self._device:
             return None
-        self._last = now
-        return now
+        self._last, self._device = now, grown.device_bytes
+        return grown
 
 
 _reader = Reader()
@@ -160,21 +174,21 @@ def add_layer(layer_id: int, info: Mapping[str, Any]) -> None:
     _reader.add_layer(layer_id, info)
 
 
-def snapshot() -> PoolTotals | None:
+def snapshot() -> PoolGrowth | None:
     """For this step's SchedulerStats (the scheduler's hook): see Reader.snapshot."""
     return _reader.snapshot()
 
 
 class PoolProm:
     """The API server's side: the counters above, one child per engine like vLLM's own, registered
-    on the first counts an engine sends (so an engine without the pool exports nothing)."""
+    on the first counts an engine sends (so an engine without the pool exports nothing). Each growth
+    reaches one front-end once, so it is added as it comes: no state of the engine's is kept here."""
 
     def __init__(self, counter_cls: Any, gauge_cls: Any, labelnames: list[str],
                  per_engine_labelvalues: dict[int, list[object]]) -> None:
         self._counter_cls, self._gauge_cls = counter_cls, gauge_cls
         self._labelnames, self._labelvalues = labelnames, per_engine_labelvalues
         self._children: dict[int, dict[str, Any]] | None = None
-        self._last: dict[int, PoolTotals] = {}
 
     def _register(self) -> dict[int, dict[str, Any]]:
         made = {k: self._counter_cls(name=metric_name(k), documentation=_HELP[k], labelnames=self._labelnames)
@@ -184,15 +198,13 @@ class PoolProm:
             "and staging ring.", labelnames=self._labelnames, multiprocess_mode="mostrecent")
         return {idx: {k: metric.labels(*lv) for k, metric in made.items()} for idx, lv in self._labelvalues.items()}
 
-    def observe(self, now: PoolTotals | None, engine_idx: int = 0) -> None:
-        if now is None:
+    def observe(self, grown: PoolGrowth | None, engine_idx: int = 0) -> None:
+        if grown is None:
             return
         if self._children is None:
             self._children = self._register()
         children = self._children[engine_idx]
-        for key, grown in increments(self._last.get(engine_idx), now).items():
-            if grown:
-                children[key].inc(grown)
-        children["device_bytes"].set(now.device_bytes)
-        self._last[engine_idx] = now
-
+        for key in COUNTERS:
+            if by := getattr(grown, key):
+                children[key].inc(by)
+        children["device_bytes"].set(grown.device_bytes)
