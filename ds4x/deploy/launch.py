@@ -381,7 +381,7 @@ def _check_prefill(launch: Launch, args: PlanRequest, asked: PlanRequest, comput
         return args  # _check_memory says it does not fit; _check_engine_env refuses GPU prefill beside the pool
     on = _prefill_on(launch, args, asked, compute)
     found_fit = prefill_advice.fit(on, compute)
-    said = prefill_advice.sentence(found_fit, args.max_model_len, curve, len(compute(args).shape.moe_layers))
+    said = prefill_advice.sentence(found_fit, args.max_model_len, curve, compute(args).shape)
     want, tokens = asked.gpu_prefill_min_batch, prefill_advice.batched_tokens(args)
     if args.gpu_prefill_min_batch or not want or found_fit.with_prefill is None or want > tokens:
         late = f"; --gpu-prefill-min-batch {want} is above the {tokens} tokens a step holds" if want > tokens else ""

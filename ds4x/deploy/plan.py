@@ -286,8 +286,7 @@ def table(args: PlanRequest, result: Plan, curve: prefill_advice.Measured | None
     lines.append(f"why: {choice.reason}")
     if plan.for_resident_layers >= 0 and not args.pool_slots:  # GPU prefill beside the pool: refused (main)
         on = replace(args, gpu_prefill_min_batch=args.gpu_prefill_min_batch or 1)
-        lines.append(prefill_advice.sentence(prefill_advice.fit(on, compute), args.max_model_len, curve,
-                                             len(shape.moe_layers)))
+        lines.append(prefill_advice.sentence(prefill_advice.fit(on, compute), args.max_model_len, curve, shape))
     lines.append(f"RAM bandwidth {args.ram_bandwidth / 1e9:.1f} GB/s, {verify_tokens(args)} token(s) verified per request "
                  f"and step; the decode ceilings count every verified token as accepted, the --acceptance row the "
                  f"expected accepted ones")

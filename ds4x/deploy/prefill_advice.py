@@ -51,24 +51,26 @@ def _chunk(section: dict[str, Any], tokens: int) -> dict[str, Any]:
 
 def _per_layers(rows: int, layers: int, ms: float) -> str:
     if layers <= 0:
-        return "no lk_moe layer left: every MoE layer is resident"
-    return f"{analysis.prefill_tok_s(rows, layers, ms):.0f} tok/s ({layers} lk_moe layers x {ms:.1f} ms a layer call)"
+        return "with no layer on lk_moe (every MoE layer resident)"
+    return f"at {analysis.prefill_tok_s(rows, layers, ms):.0f} tok/s ({layers} lk_moe layers x {ms:.1f} ms a layer call)"
 
 
 def speed(found: Fit, section: dict[str, Any], source: str, moe_layers: int) -> str:
     """prefill tok/s from the measured curve at the step's chunk (rows / (layers x ms)): on the CPU over the lk_moe
     layers left beside CPU prefill, on the GPU over those left beside GPU prefill; and the crossover."""
+    if moe_layers - found.without <= 0 and moe_layers - (found.with_prefill or 0) <= 0:
+        return f"measured ({source}): every MoE layer is resident beside either way of prefilling, so none runs on lk_moe"
     row = _chunk(section, found.tokens)
     n = row["rows"]
     which = f"a {n}-token chunk" + ("" if n == found.tokens else
                                      f" (the nearest timed to --max-num-batched-tokens {found.tokens})")
-    head = f"measured ({source}, LK_THREADS={section.get('lk_threads')}): {which} prefills at " \
-           f"{_per_layers(n, moe_layers - found.without, row['cpu_ms'])} on the CPU"
+    head = f"measured ({source}, LK_THREADS={section.get('lk_threads')}): {which} prefills on the CPU " \
+           f"{_per_layers(n, moe_layers - found.without, row['cpu_ms'])}"
     engine = section.get("engine")
     if engine is None:
         return f"{head}; GPU prefill was not timed (measure ran where torch saw no GPU), so its speed is not known"
     gpu_layers = moe_layers - (found.with_prefill or 0)
-    gpu = f"{_per_layers(n, gpu_layers, row['gpu_ms'])} on the GPU ({engine})" if row.get("gpu_ms") else \
+    gpu = f"on the GPU ({engine}) {_per_layers(n, gpu_layers, row['gpu_ms'])}" if row.get("gpu_ms") else \
         f"the GPU ({engine}) was not timed at that chunk"
     timed_both = [r["rows"] for r in section["rows"] if r.get("cpu_ms") and r.get("gpu_ms")]
     cross = section.get("crossover")
@@ -119,9 +121,23 @@ def _engine(on: prefill.PrefillSettings) -> str:
     return "cutlass, its arena taken as one layer of experts"
 
 
-def sentence(found: Fit, max_model_len: int, curve: Measured | None = None, moe_layers: int = 0) -> str:
+def other_layer(section: dict[str, Any], shape: mp.ModelShape) -> str | None:
+    """How the layer a section timed differs from the model's (None: the same, or not recorded)."""
+    timed = section.get("layer")
+    mine = dict(zip(analysis.LAYER_KEYS, (shape.n_routed_experts, shape.top_k, shape.hidden, shape.moe_intermediate)))
+    if timed is None or all(timed[key] == mine[key] for key in analysis.LAYER_KEYS):
+        return None
+
+    def shown(layer: dict[str, Any]) -> str:
+        return f"{layer['experts']} experts, top-{layer['top_k']}, hidden {layer['hidden']}, intermediate {layer['inter']}"
+    return f"it timed a layer of {shown(timed)}, not --config's {shown(mine)}"
+
+
+def sentence(found: Fit, max_model_len: int, curve: Measured | None = None,
+             shape: mp.ModelShape | None = None) -> str:
     """'at --max-model-len N (X GiB KV cache): GPU prefill (...) fits with 1 resident layer(s), not the 2 ...', then
-    the measured speeds from `curve` over the model's `moe_layers` (speed), or NOT_MEASURED without them."""
+    the measured speeds from `curve` over the MoE layers of `shape` (speed), or NOT_MEASURED without them, or
+    where the curve timed a layer of another shape than the model's."""
     gib = mp.GIB
     cost = (f"GPU prefill ({_engine(found.on)}: {found.staging / gib:.2f} GiB staging + {found.scratch / gib:.2f} "
             f"GiB scratch at {found.tokens} tokens a step)")
@@ -132,7 +148,9 @@ def sentence(found: Fit, max_model_len: int, curve: Measured | None = None, moe_
     else:
         fits = f"fits beside the {found.without} resident layer(s) that fit without it"
     head = f"at --max-model-len {max_model_len} ({found.kv_cache / gib:.2f} GiB KV cache): {cost} {fits}"
-    if curve is None or curve.section is None:
+    if curve is None or curve.section is None or shape is None:
         old = f" ({curve.source} has no \"prefill\" section: measure again to time it)" if curve else ""
         return f"{head}; {NOT_MEASURED}{old}"
-    return f"{head}; {speed(found, curve.section, curve.source, moe_layers)}"
+    if other := other_layer(curve.section, shape):
+        return f"{head}; {NOT_MEASURED} ({curve.source}: {other}; measure with this --config)"
+    return f"{head}; {speed(found, curve.section, curve.source, len(shape.moe_layers))}"

@@ -44,6 +44,19 @@ def profile(folder: Path) -> dict[str, Any]:
     return dict(json.loads((folder / "p.json").read_text()))
 
 
+FLASH_LAYER = {"experts": 256, "top_k": 6, "hidden": 4096, "inter": 2048, "format": "mxfp4"}
+
+
+def as_flash(folder: Path) -> Path:
+    """The stand-in's profile with its prefill section's layer made DeepSeek-V4-Flash's, the model plan reads by
+    default: as measure writes it on a box that timed Flash's layer (7 GiB of RAM the tests do not ask for)."""
+    made = profile(folder)
+    made["prefill"]["layer"] = FLASH_LAYER
+    path = folder / "flash.json"
+    path.write_text(json.dumps(made))
+    return path
+
+
 @pytest.fixture()
 def with_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, str]:
     code, out, err = measure(tmp_path, gpu=True, capsys=capsys)
@@ -87,6 +100,7 @@ def test_measure_times_both_ways_where_a_gpu_is(with_gpu: tuple[Path, str]) -> N
         assert row["cpu_ms"] == pytest.approx(prefill_ms("cpu", row["rows"], best))
         assert row["gpu_ms"] == pytest.approx(prefill_ms("gpu", row["rows"], best))
     assert section["crossover"] == 2048  # the stand-in's GPU wins from 1290 rows
+    assert section["layer"] == {"experts": 16, "top_k": 2, "hidden": 512, "inter": 256, "format": "mxfp4"}
     assert "the GPU (cutlass) is faster from 2048 tokens a chunk" in out
     table = out.partition("prefill per chunk")[2].splitlines()
     row_8192 = next(line.split() for line in table if line.split()[:1] == ["8192"])
@@ -121,9 +135,9 @@ def test_the_budget_leaves_the_largest_chunks_out(tmp_path: Path, capsys: pytest
     assert section["not_timed_in_budget"] == {"cpu": [8192], "gpu": [8192]}
     assert [row["rows"] for row in section["rows"]] == [512, 1024, 2048, 4096] and section["crossover"] == 2048
     assert "not timed within --prefill-budget: CPU 8192 rows; GPU 8192 rows" in out
-    assert ds4x_main(["plan", "--profile", str(tmp_path / "p.json"), "--max-num-batched-tokens", "8192"]) == 0
+    assert ds4x_main(["plan", "--profile", str(as_flash(tmp_path)), "--max-num-batched-tokens", "8192"]) == 0
     line = prefill_line(capsys.readouterr().out)
-    assert "a 4096-token chunk (the nearest timed to --max-num-batched-tokens 8192) prefills at" in line, line
+    assert "a 4096-token chunk (the nearest timed to --max-num-batched-tokens 8192) prefills on the CPU" in line
 
 
 def test_the_budget_guess_follows_the_last_two_chunks() -> None:
@@ -187,32 +201,32 @@ def test_plan_turns_the_section_into_tok_s_both_ways(with_gpu: tuple[Path, str],
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     folder, _ = with_gpu
     rows = {row["rows"]: row for row in profile(folder)["prefill"]["rows"]}
-    assert ds4x_main(["plan", "--profile", str(folder / "p.json"), "--max-num-batched-tokens", "8192"]) == 0
+    assert ds4x_main(["plan", "--profile", str(as_flash(folder)), "--max-num-batched-tokens", "8192"]) == 0
     line = prefill_line(capsys.readouterr().out)
     # 32 GiB, 1M context: 2 resident layers beside CPU prefill, 1 beside GPU prefill (test_prefill_plan)
     cpu, gpu = rows[8192]["cpu_ms"], rows[8192]["gpu_ms"]
     cpu_layers, gpu_layers = FLASH_MOE_LAYERS - 2, FLASH_MOE_LAYERS - 1
-    assert f"measured (--profile {folder / 'p.json'}, LK_THREADS=2): a 8192-token chunk prefills at " \
+    assert f"measured (--profile {folder / 'flash.json'}, LK_THREADS=2): a 8192-token chunk prefills on the CPU at " \
            f"{8192 / (cpu_layers * cpu / 1000):.0f} tok/s ({cpu_layers} lk_moe layers x {cpu:.1f} ms a layer call) " \
-           f"on the CPU and {8192 / (gpu_layers * gpu / 1000):.0f} tok/s ({gpu_layers} lk_moe layers x {gpu:.1f} ms " \
-           f"a layer call) on the GPU (cutlass); the GPU is faster from 2048 tokens a chunk" in line, line
+           f"and on the GPU (cutlass) at {8192 / (gpu_layers * gpu / 1000):.0f} tok/s ({gpu_layers} lk_moe layers x " \
+           f"{gpu:.1f} ms a layer call); the GPU is faster from 2048 tokens a chunk" in line, line
     assert "not measured" not in line
 
 
 def test_plan_takes_the_nearest_chunk_to_its_step(with_gpu: tuple[Path, str],
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     folder, _ = with_gpu
-    assert ds4x_main(["plan", "--profile", str(folder / "p.json"), "--max-num-batched-tokens", "3000"]) == 0
+    assert ds4x_main(["plan", "--profile", str(as_flash(folder)), "--max-num-batched-tokens", "3000"]) == 0
     line = prefill_line(capsys.readouterr().out)
-    assert "a 2048-token chunk (the nearest timed to --max-num-batched-tokens 3000) prefills at" in line, line
+    assert "a 2048-token chunk (the nearest timed to --max-num-batched-tokens 3000) prefills on the CPU at" in line
 
 
 def test_without_a_gpu_curve_plan_says_the_gpu_is_not_timed(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     assert measure(tmp_path, gpu=False, capsys=capsys)[0] == 0
-    assert ds4x_main(["plan", "--profile", str(tmp_path / "p.json")]) == 0
+    assert ds4x_main(["plan", "--profile", str(as_flash(tmp_path))]) == 0
     line = prefill_line(capsys.readouterr().out)
-    assert re.search(r"a 2048-token chunk prefills at \d+ tok/s \(41 lk_moe layers", line), line
+    assert re.search(r"a 2048-token chunk prefills on the CPU at \d+ tok/s \(41 lk_moe layers", line), line
     assert "GPU prefill was not timed (measure ran where torch saw no GPU), so its speed is not known" in line
 
 
@@ -227,11 +241,22 @@ def test_without_the_section_the_wording_stays_fit_only(with_gpu: tuple[Path, st
     assert "about fit only" in line and "old.json has no \"prefill\" section: measure again to time it" in line
 
 
+def test_a_curve_of_another_layer_is_not_this_models(with_gpu: tuple[Path, str],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The stand-in timed a small layer: plan's Flash gets no figures from it, and is told why."""
+    assert ds4x_main(["plan", "--profile", str(with_gpu[0] / "p.json")]) == 0
+    line = prefill_line(capsys.readouterr().out)
+    assert "about fit only" in line and "measured (" not in line
+    assert "it timed a layer of 16 experts, top-2, hidden 512, intermediate 256, not --config's 256 experts, " \
+           "top-6, hidden 4096, intermediate 2048; measure with this --config" in line, line
+
+
 @pytest.mark.parametrize(("section", "why"), [
     ({"rows": []}, "no \"rows\" list"),
     ({"rows": [{"rows": 512, "cpu_ms": -1, "gpu_ms": None}]}, "cpu_ms -1: finite and above 0, or null"),
     ({"rows": [{"rows": 512, "cpu_ms": None, "gpu_ms": 3}]}, "no chunk timed on the CPU"),
     ({"rows": [{"rows": True, "cpu_ms": 1}]}, "no whole number of \"rows\""),
+    ({"rows": [{"rows": 512, "cpu_ms": 1}], "layer": {"experts": "256"}}, "whole numbers for experts, top_k"),
 ])
 def test_a_bad_section_is_one_error_naming_the_profile(with_gpu: tuple[Path, str], tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str], section: dict[str, Any],
@@ -255,9 +280,30 @@ def test_check_launch_states_the_measured_figures(with_gpu: tuple[Path, str], tm
     script = tmp_path / "serve.sh"
     script.write_text(USERS.format(threads=12, spec=SPEC))
     code = ds4x_main(["plan", "--check-launch", str(script), "--cores", "16", "--profile",
-                      str(with_gpu[0] / "p.json")])
+                      str(as_flash(with_gpu[0]))])
     out = capsys.readouterr().out
     line = prefill_line(out)
     assert code in (0, 1) and line.startswith("note: at --max-model-len"), out
-    assert "on the CPU and" in line and "on the GPU (cutlass); the GPU is faster from 2048 tokens" in line
+    assert re.search(r"prefills on the CPU at \d+ tok/s .* and on the GPU \(cutlass\) at \d+ tok/s .*; the GPU is "
+                     r"faster from 2048 tokens", line), line
     assert "not measured" not in line
+
+
+def test_with_every_layer_resident_nothing_prefills_on_lk_moe(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """plan --measure --launch reads the profile it just wrote: the small model's 4 layers all fit on the GPU."""
+    assert measure(tmp_path, gpu=True, capsys=capsys)[0] == 0
+    assert ds4x_main(["plan", "--config", str(tmp_path / "config.json"), "--profile", str(tmp_path / "p.json")]) == 0
+    line = prefill_line(capsys.readouterr().out)
+    assert line.endswith(f"measured (--profile {tmp_path / 'p.json'}): every MoE layer is resident beside either way "
+                         f"of prefilling, so none runs on lk_moe"), line
+
+
+def test_plan_measure_launch_reads_the_profile_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(SMALL))
+    python = stand_in(tmp_path, gpu=True)
+    assert ds4x_main(["plan", "--measure", "--config", str(config), "--python", str(python), "--threads", "1",
+                      "--budget", "1", "--profile-out", str(tmp_path / "p.json"), "--launch",
+                      str(tmp_path / "serve.sh")]) == 0
+    assert f"measured (plan --measure ({tmp_path / 'p.json'}))" in prefill_line(capsys.readouterr().out)

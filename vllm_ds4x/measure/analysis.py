@@ -245,9 +245,14 @@ def crossover(rows: Sequence[dict[str, Any]]) -> int | None:
     return found
 
 
-def prefill_section(cpu: Run, gpu: Run | None, batched: int) -> dict[str, Any]:
+LAYER_KEYS = ("experts", "top_k", "hidden", "inter")
+"""the layer's shape a prefill section records (measure's layer spec), which plan checks against --config"""
+
+
+def prefill_section(cpu: Run, gpu: Run | None, batched: int, layer: dict[str, Any] | None = None) -> dict[str, Any]:
     """The profile's "prefill" section from the workers' answers (prefill_answer_problem-checked): ms a
-    layer call by chunk size each way (None: not timed), the crossover, the engine, the LK_THREADS."""
+    layer call by chunk size each way (None: not timed), the crossover, the engine, the LK_THREADS, and
+    the layer timed (`layer`: measure's spec; its LAYER_KEYS and format)."""
     cpu_ms = {r["rows"]: r["ms"] for r in cpu["prefill"]["rows"]}
     gpu_ms = {r["rows"]: r["ms"] for r in gpu["prefill"]["rows"]} if gpu else {}
     rows = [{"rows": n, "cpu_ms": cpu_ms.get(n), "gpu_ms": gpu_ms.get(n)} for n in sorted({*cpu_ms, *gpu_ms})]
@@ -255,7 +260,8 @@ def prefill_section(cpu: Run, gpu: Run | None, batched: int) -> dict[str, Any]:
     return {"lk_threads": cpu["threads"], "max_num_batched_tokens": batched,
             "engine": gpu["prefill"]["engine"] if gpu else None, "cpu_path": cpu["prefill"]["how"],
             "gpu_path": gpu["prefill"]["how"] if gpu else None, "rows": rows, "crossover": crossover(rows),
-            "not_timed_in_budget": skipped}
+            "not_timed_in_budget": skipped,
+            **({"layer": {key: layer[key] for key in (*LAYER_KEYS, "format")}} if layer else {})}
 
 
 def prefill_tok_s(rows: int, layers: int, ms: float) -> float:
@@ -280,6 +286,10 @@ def prefill_problem(section: Any) -> str | None:
     engine = section.get("engine")
     if engine is not None and not isinstance(engine, str):
         return f"engine {str(engine)[:20]}: a name or null"
+    layer = section.get("layer")
+    if layer is not None and (not isinstance(layer, dict) or not all(
+            isinstance(layer.get(key), int) and not isinstance(layer.get(key), bool) for key in LAYER_KEYS)):
+        return f"layer {str(layer)[:80]}: whole numbers for {', '.join(LAYER_KEYS)}"
     return None
 
 

@@ -123,7 +123,7 @@ def timed_prefill(request: MeasureRequest, spec: dict[str, Any], best: dict[str,
             raise MeasureError(f"the timing worker ({WORKER}) for {what} answered {why}; nothing is written from it: "
                                f"check lk_moe (and torch) in --python{SKIP_PREFILL}", 1)
         answers[way] = cast(dict[str, Any], answer)
-    section = analysis.prefill_section(answers["cpu"], answers.get("gpu"), max(chunks))
+    section = analysis.prefill_section(answers["cpu"], answers.get("gpu"), max(chunks), spec)
     print(f"prefill per chunk (tok/s: all {moe_layers} MoE layers on lk_moe, the routed experts only; CPU: "
           f"{section['cpu_path']}{'; GPU: ' + section['gpu_path'] if section['gpu_path'] else ''}):")
     print("\n".join(analysis.prefill_table(section, moe_layers)))
