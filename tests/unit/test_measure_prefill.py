@@ -307,3 +307,27 @@ def test_plan_measure_launch_reads_the_profile_it_wrote(tmp_path: Path, capsys: 
                       "--budget", "1", "--profile-out", str(tmp_path / "p.json"), "--launch",
                       str(tmp_path / "serve.sh")]) == 0
     assert f"measured (plan --measure ({tmp_path / 'p.json'}))" in prefill_line(capsys.readouterr().out)
+
+
+def test_the_gpu_way_goes_through_the_hook_with_one_driver_per_layer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU job's way (vllm_ds4x.hooks.prefill_timing) without a GPU: configure is the hook's (the fork's
+    config fields for LK_GPU_PREFILL_ENGINE, at the smallest chunk as the minimum), and every chunk's call reaches
+    moe_prefill.gpu_prefill on one layer object, so lk_moe's driver is made once. Its torch and lk_moe half runs
+    only on a GPU machine, not here."""
+    import types
+
+    from vllm_ds4x.hooks import moe_prefill, prefill_timing
+
+    monkeypatch.setenv("LK_GPU_PREFILL_ENGINE", "triton")
+    monkeypatch.delenv("LK_POOL_SLOTS", raising=False)
+    way = prefill_timing.HookWay()
+    cfg = types.SimpleNamespace(use_gpu_prefill=True, prefill_gpu=False)
+    way.configure(cfg, 512)
+    assert (cfg.use_gpu_prefill, cfg.prefill_gpu, cfg.prefill_min_tokens, cfg.layer_id) == (False, True, 512, 0)
+    assert way.engine() == "triton"
+    seen: list[object] = []
+    monkeypatch.setattr(moe_prefill, "gpu_prefill", lambda experts, x, w, ids: seen.append(experts))
+    moe = object()
+    for _ in range(2):
+        way.caller(moe)("x", "w", "ids")
+    assert len(seen) == 2 and seen[0] is seen[1] and seen[0].lk_moe is moe  # type: ignore[attr-defined]

@@ -23,7 +23,11 @@ from vllm_ds4x.moe.placement import PREFILL_MIN_ENV
 
 
 class HookWay:
-    """worker.GpuWay through moe_prefill, for the layer worker.PREFILL_LAYER."""
+    """worker.GpuWay through moe_prefill, for the layer worker.PREFILL_LAYER: one fork layer (the object the
+    hook keeps its driver on) for every chunk, as the engine keeps one a layer, so lk_moe's driver is made once."""
+
+    def __init__(self) -> None:
+        self.layer: SimpleNamespace | None = None
 
     def configure(self, cfg: Any, min_batch: int) -> None:
         moe_prefill.configure(cfg, worker.PREFILL_LAYER, False, {**os.environ, PREFILL_MIN_ENV: str(min_batch)})
@@ -32,7 +36,9 @@ class HookWay:
         return moe_prefill.engine_name()
 
     def caller(self, moe: Any) -> Callable[[Any, Any, Any], Any]:
-        experts = SimpleNamespace(layer_name=worker.PREFILL_LAYER, lk_moe=moe)
+        if self.layer is None or self.layer.lk_moe is not moe:
+            self.layer = SimpleNamespace(layer_name=worker.PREFILL_LAYER, lk_moe=moe)
+        experts = self.layer
         return lambda x, w, ids: moe_prefill.gpu_prefill(experts, x, w, ids)
 
 
