@@ -180,9 +180,9 @@ def _prefill_call(moe: Any, spec: dict[str, Any], rows: int, gpu: bool,
     ids = np.zeros((rows, top_k), np.int32)
 
     def route() -> None:  # top_k distinct experts a row, fresh every call
-        ids[:] = rng.random((rows, experts)).argpartition(top_k, axis=1)[:, :top_k]
+        ids[:] = rng.random((rows, experts)).argpartition(top_k - 1, axis=1)[:, :top_k]
 
-    if not _has_gpu():
+    if not gpu:
         x = np.zeros((rows, hidden), np.uint16)
         out = np.empty((rows, hidden), np.float32)
         return route, lambda: moe.cpu_prefill(rows, top_k, ids.ctypes.data, weights.ctypes.data, x.ctypes.data,
