@@ -423,7 +423,7 @@ def main(command: PlanCommand) -> int:
         given_profile = _load_json(command.profile, "--profile") if command.profile else None
         curve = prefill_advice.measured(given_profile, f"--profile {command.profile}")
     result = compute(request)
-    print(json.dumps(plan_json(request, result), indent=2, allow_nan=False) if command.json else
+    print(json.dumps(plan_json(request, result, curve), indent=2, allow_nan=False) if command.json else
           table(request, result, curve))
     if command.plot:
         plot(command.plot, result.ceiling, len(result.choice.layers))
@@ -434,10 +434,16 @@ def main(command: PlanCommand) -> int:
     return 0
 
 
-def plan_json(request: PlanRequest, result: Plan) -> dict[str, Any]:
-    """--json: the budget, the resident layers and the ceilings (null where unbounded)."""
+def plan_json(request: PlanRequest, result: Plan, curve: prefill_advice.Measured | None = None) -> dict[str, Any]:
+    """--json: the budget, the resident layers and the ceilings (null where unbounded), and with a --profile whose
+    prefill section holds for this model the prefill tok/s it measured (prefill_advice.figures; else null)."""
     plan, choice = result.budget, result.choice
-    return {"usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
+    measured = None
+    section = prefill_advice.usable(curve, result.shape)
+    if section is not None and plan.for_resident_layers >= 0 and not request.pool_slots:
+        on = replace(request, gpu_prefill_min_batch=request.gpu_prefill_min_batch or 1)
+        measured = prefill_advice.figures(prefill_advice.fit(on, compute), section, len(result.shape.moe_layers))
+    return {"prefill_measured": measured,"usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
             "reserve": plan.reserve, "draft_layers": plan.draft_layers, "pool": plan.pool, "prefill": plan.prefill,
             "for_resident_layers": plan.for_resident_layers, "fits": plan.for_resident_layers >= 0,
             "resident": list(choice.layers), "ceiling_all_cpu": _finite(result.ceiling[0]),

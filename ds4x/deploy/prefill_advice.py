@@ -55,6 +55,18 @@ def _per_layers(rows: int, layers: int, ms: float) -> str:
     return f"at {analysis.prefill_tok_s(rows, layers, ms):.0f} tok/s ({layers} lk_moe layers x {ms:.1f} ms a layer call)"
 
 
+def figures(found: Fit, section: dict[str, Any], moe_layers: int) -> dict[str, Any]:
+    """plan --json's measured prefill: the chunk stated, each way's lk_moe layers and tok/s (None: not timed, or
+    no layer on lk_moe), the crossover and the engine, as `speed` states them."""
+    row = _chunk(section, found.tokens)
+    layers = {"cpu": moe_layers - found.without, "gpu": moe_layers - (found.with_prefill or 0)}
+    tok_s = {way: analysis.prefill_tok_s(row["rows"], layers[way], row[f"{way}_ms"])
+             if row.get(f"{way}_ms") and layers[way] > 0 else None for way in layers}
+    return {"chunk": row["rows"], "lk_threads": section.get("lk_threads"), "engine": section.get("engine"),
+            "cpu_lk_moe_layers": layers["cpu"], "gpu_lk_moe_layers": layers["gpu"], "cpu_tok_s": tok_s["cpu"],
+            "gpu_tok_s": tok_s["gpu"], "crossover": section.get("crossover")}
+
+
 def speed(found: Fit, section: dict[str, Any], source: str, moe_layers: int) -> str:
     """prefill tok/s from the measured curve at the step's chunk (rows / (layers x ms)): on the CPU over the lk_moe
     layers left beside CPU prefill, on the GPU over those left beside GPU prefill; and the crossover."""
@@ -131,6 +143,13 @@ def other_layer(section: dict[str, Any], shape: mp.ModelShape) -> str | None:
     def shown(layer: dict[str, Any]) -> str:
         return f"{layer['experts']} experts, top-{layer['top_k']}, hidden {layer['hidden']}, intermediate {layer['inter']}"
     return f"it timed a layer of {shown(timed)}, not --config's {shown(mine)}"
+
+
+def usable(curve: Measured | None, shape: mp.ModelShape) -> dict[str, Any] | None:
+    """The curve's section where it holds for this model (one there, of the model's layer shape)."""
+    if curve is None or curve.section is None or other_layer(curve.section, shape):
+        return None
+    return curve.section
 
 
 def sentence(found: Fit, max_model_len: int, curve: Measured | None = None,

@@ -331,3 +331,18 @@ def test_the_gpu_way_goes_through_the_hook_with_one_driver_per_layer(monkeypatch
     for _ in range(2):
         way.caller(moe)("x", "w", "ids")
     assert len(seen) == 2 and seen[0] is seen[1] and seen[0].lk_moe is moe  # type: ignore[attr-defined]
+
+
+def test_plan_json_carries_the_measured_figures(with_gpu: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    folder, _ = with_gpu
+    rows = {row["rows"]: row for row in profile(folder)["prefill"]["rows"]}
+    assert ds4x_main(["plan", "--json", "--profile", str(as_flash(folder)), "--max-num-batched-tokens", "8192"]) == 0
+    measured = json.loads(capsys.readouterr().out)["prefill_measured"]
+    assert measured == {"chunk": 8192, "lk_threads": 2, "engine": "cutlass", "cpu_lk_moe_layers": 41,
+                        "gpu_lk_moe_layers": 42, "crossover": 2048,
+                        "cpu_tok_s": pytest.approx(8192 / (41 * rows[8192]["cpu_ms"] / 1000)),
+                        "gpu_tok_s": pytest.approx(8192 / (42 * rows[8192]["gpu_ms"] / 1000))}
+    assert ds4x_main(["plan", "--json", "--profile", str(folder / "p.json")]) == 0  # another layer: none
+    assert json.loads(capsys.readouterr().out)["prefill_measured"] is None
+    assert ds4x_main(["plan", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["prefill_measured"] is None
