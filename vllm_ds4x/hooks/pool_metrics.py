@@ -87,16 +87,10 @@ class PoolCounts:
 
 
 @dataclass
-class PoolGrowth:
+class PoolGrowth(PoolCounts):
     """What one engine's pool counts grew by since the step that last carried them, and the device
     bytes lk_moe holds now: what one step's SchedulerStats carries to one front-end."""
 
-    hits: int = 0
-    misses: int = 0
-    pumps: int = 0
-    pumped_bytes: int = 0
-    cover_miss: int = 0
-    cover_dup: int = 0
     device_bytes: int = 0
 
 

@@ -7,6 +7,7 @@ the profile. The library beside it (request, analysis, worker) neither prints no
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -112,13 +113,7 @@ def timed_prefill(request: MeasureRequest, spec: dict[str, Any], best: dict[str,
         what = f"lk_moe's {way.upper()} prefill at LK_THREADS={threads}"
         line = _one_worker(job, threads, python, share, what, SKIP_PREFILL,
                            GPU_PREFILL_WORKER if way == "gpu" else WORKER)
-        why: str | None
-        try:
-            answer = bounded.loads(line)
-        except bounded.BoundError as e:
-            answer, why = None, f"no JSON ({str(e)[:80]})"
-        else:
-            why = analysis.prefill_answer_problem(answer, way, chunks)
+        answer, why = _checked(line, functools.partial(analysis.prefill_answer_problem, path=way, chunks=chunks))
         if why:
             raise MeasureError(f"the timing worker ({WORKER}) for {what} answered {why}; nothing is written from it: "
                                f"check lk_moe (and torch) in --python{SKIP_PREFILL}", 1)
@@ -130,17 +125,20 @@ def timed_prefill(request: MeasureRequest, spec: dict[str, Any], best: dict[str,
     return section
 
 
+def _checked(line: str, problem: Callable[[Any], str | None]) -> tuple[Any, str | None]:
+    """A worker's answer line, parsed, and what `problem` finds wrong with it (None: nothing)."""
+    try:
+        answer = bounded.loads(line)
+    except bounded.BoundError as e:
+        return None, f"no JSON ({str(e)[:80]})"
+    return answer, problem(answer)
+
+
 def _answer(line: str, threads: int, tokens: list[int], bandwidth: bool) -> dict[str, Any]:
     """A worker's answer, checked whole (analysis.answer_problem) before anything reads it."""
     from vllm_ds4x.measure import analysis
 
-    why: str | None
-    try:
-        answer = bounded.loads(line)
-    except bounded.BoundError as e:
-        answer, why = None, f"no JSON ({str(e)[:80]})"
-    else:
-        why = analysis.answer_problem(answer, tokens, bandwidth)
+    answer, why = _checked(line, lambda a: analysis.answer_problem(a, tokens, bandwidth))
     if why:
         raise MeasureError(f"the timing worker ({WORKER}) with LK_THREADS={threads} answered {why}; nothing is "
                            f"advised from it: check lk_moe in --python, or run the worker alone", 1)
