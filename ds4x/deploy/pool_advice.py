@@ -3,7 +3,7 @@ VRAM a script leaves for resident layers (docs/expert-pool.md).
 
 The arithmetic: R whole layers of the L MoE layers take R/L of the routed-expert reads off the CPU at
 every depth. A pool of S slots on every MoE layer takes the hit rate h of them, but only in steps of
-at most POOL_ROWS rows: from 3 rows on, lk_moe 2.7.4's cpu_decode computes every expert itself. A
+at most pool.POOL_ROWS rows: from 3 rows on, lk_moe 2.7.4's cpu_decode computes every expert itself. A
 policy's two phases count one step each, weighed by the experts that step reads (uniform routing).
 The hit rate is the user's own (`--pool-hit-rate`); without it the advice gives the hit rate above
 which the pool wins."""
@@ -20,7 +20,6 @@ from vllm_ds4x.moe import pool
 
 RUN = "bench/results/h100-pool-decode"
 RUN_FILES = ("pool-12.json", "pool-32.json")
-POOL_ROWS = 2  # lk_moe 2.7.4's cpu_decode skips the pooled experts only in steps of 1 or 2 rows
 HOW = (f"to read yours, run with {pool.SLOTS_ENV} set and {pool.LOG_ENV}=200 and take `cum hit` from lk_moe's "
        f"[pool] lines (docs/expert-pool.md), then give --pool-hit-rate H")
 
@@ -56,7 +55,7 @@ def room(shape: mp.ModelShape, budget: int, tp: int, layers: tuple[int, ...]) ->
 
 def pool_share(hit: float, depth: int, requests: int = 1) -> float:
     """The share of a step's CPU-expert reads the pool takes: the hit rate, where the step has few enough rows."""
-    return hit if requests * (1 + depth) <= POOL_ROWS else 0.0
+    return hit if requests * (1 + depth) <= pool.POOL_ROWS else 0.0
 
 
 def reads(shape: mp.ModelShape, depth: int) -> float:

@@ -105,10 +105,6 @@ def test_the_pool_speeds_up_depth_0_and_1_and_never_fixed_2() -> None:
         assert b["fixed 2"] == a["fixed 2"]  # one request at depth 2: 3 rows, no pool
 
 
-def test_the_pool_rows_are_the_hooks() -> None:
-    moe_pool = pytest.importorskip("vllm_ds4x.hooks.moe_pool")
-    assert sim.POOL_ROWS == moe_pool.POOL_ROWS
-
 
 @pytest.mark.parametrize("rate", [-0.01, 1.01, math.nan, math.inf])
 def test_a_hit_rate_out_of_range_is_refused(rate: float) -> None:
@@ -141,3 +137,9 @@ def test_the_cli_predicts_faster_depth_0_with_hits(capsys: pytest.CaptureFixture
         rates[rate] = {depth: float(row[2]) for depth, row in fixed.items()}
     assert rates["0.3"]["0"] > rates["0"]["0"] and rates["0.3"]["1"] > rates["0"]["1"]
     assert rates["0.3"]["2"] == rates["0"]["2"]
+
+
+def test_the_pool_rows_are_lk_moes() -> None:
+    from vllm_ds4x.moe import pool
+
+    assert sim.POOL_ROWS == pool.POOL_ROWS

@@ -207,8 +207,8 @@ def pipeline_ms(cpu_ms: Sequence[float], gpu_ms: Sequence[float]) -> float:
 # ---- a decode step with lk_moe's GPU expert pool (LK_POOL_SLOTS, #57)
 
 POOL_ROWS = 2
-"""lk_moe 2.7.4's cpu_decode skips the pooled experts only in a call of 1 or 2 rows; from 3 rows on
-it computes every expert itself and the pool gives nothing (vllm_ds4x.hooks.moe_pool.POOL_ROWS)."""
+"""vllm_ds4x.moe.pool.POOL_ROWS (depth sits beside moe, importing neither; a test holds them equal)"""
+
 EXPERTS, TOP_K = 256, 6
 """DeepSeek-V4-Flash's routed experts a layer and experts a token (the stand-ins' too)."""
 

@@ -24,7 +24,7 @@ import torch
 
 from vllm_ds4x.hooks import pool_metrics
 from vllm_ds4x.moe import placement as mp
-from vllm_ds4x.moe.pool import PoolSettings, check_layer, pool_settings
+from vllm_ds4x.moe.pool import POOL_ROWS, PoolSettings, check_layer, pool_settings
 
 _settings: PoolSettings | None = None
 _stream: torch.cuda.Stream | None = None
@@ -75,12 +75,6 @@ def attach(experts: Any, is_draft: bool) -> None:
     experts.ds4x_pool = half
     experts.lk_moe.pool_gpu_report(True)
     pool_metrics.add_layer(int(experts.lk_moe_config.layer_id), info)  # /metrics reads lk_moe's counts where a layer pools
-
-
-POOL_ROWS = 2
-"""lk_moe 2.7.4's cpu_decode skips the pooled experts for a batch of at most 2 rows (top-6); from 3
-rows on it computes every expert itself (bench.pool_decode, ci/fork-gpu/pool_order.py: the excess
-equals the GPU half's output exactly), so a larger batch runs on the CPU alone."""
 
 
 def cpu_decode(experts: Any, stream: torch.cuda.Stream, hidden: torch.Tensor, ids: torch.Tensor,

@@ -26,6 +26,9 @@ LOG_ENV = "LK_POOL_LOG"  # lk_moe logs a [pool] line every N decode steps (0: ne
 PROBE_ENV = "LK_ROUTE_PROBE"  # lk_moe logs each step's routing ([RP] lines), for a routing trace
 NAMES = (SLOTS_ENV, WINDOW_ENV, INFLIGHT_ENV, LOG_ENV, PROBE_ENV)
 MIN_WINDOW = 8  # lk_moe's floor
+POOL_ROWS = 2
+"""lk_moe 2.7.4's cpu_decode skips the pooled experts only in a call of 1 or 2 rows (top-6); from 3 rows
+on it computes every expert itself and the pool gives nothing (bench.pool_decode, ci/fork-gpu/pool_order.py)"""
 MAX_SLOTS = 4096  # more than any model's experts per layer: bounds the table built from it
 
 
