@@ -13,6 +13,7 @@ import pytest
 
 from ds4x.cli import main
 from ds4x.deploy import script_reader
+from tests.doc_figures import assert_quotes, row
 from tests.serve_script import SPEC, USERS
 from vllm_ds4x.moe import engine_inputs, prefill
 from vllm_ds4x.moe import placement as mp
@@ -210,3 +211,14 @@ def test_gpu_prefill_beside_the_pool_is_refused(tmp_path: Path, capsys: pytest.C
     code, out = check(script, capsys, "--pool-hit-rate", "0.5")
     errors = [line for line in out.splitlines() if line.startswith("error: LK_POOL_SLOTS=6 with GPU prefill")]
     assert code == 1 and len(errors) == 1 and "expert pool or whole layers" not in out, out
+
+
+@pytest.mark.parametrize("bandwidth", [25, 50])
+def test_the_deploying_bounds_follow_from_their_inputs(bandwidth: int) -> None:
+    """deploying.md's prefill bounds: a layer's 256 MXFP4 experts over PCIe at B GB/s, the user's 800 tok/s
+    over 41 lk_moe layers as the CPU's cost a token, their crossover, and the GPU's ceiling at 8192."""
+    shape = mp.model_shape(json.loads((ROOT / "examples/deepseek-v4-flash/config.json").read_text()))
+    layer_s = shape.layer_bytes / (bandwidth * 1e9)
+    cpu_s = 1 / (800 * 41)
+    assert_quotes(" ".join(row(ROOT / "docs/deploying.md", str(bandwidth), column="GPU wins from")),
+                  [bandwidth, layer_s * 1e3, layer_s / cpu_s, 8192 / (41 * layer_s)])
