@@ -14,6 +14,7 @@ import torch
 
 from vllm_ds4x.hooks import moe_prefill
 from vllm_ds4x.moe.placement import PlacementError
+from vllm_ds4x.moe.prefill import PrefillSettings
 
 H = 8
 
@@ -86,7 +87,7 @@ def test_the_engine_variable_picks_the_driver_and_refuses_other_names(lk_moe_27:
     moe_prefill.gpu_prefill(layer(), *batch(), Stream())
     assert moe_prefill.CALLS == {"triton": 1}
     assert moe_prefill.engine_name({}) == "cutlass" == moe_prefill.engine_name({moe_prefill.ENGINE_ENV: " "})
-    with pytest.raises(moe_prefill.PrefillSettingError, match="LK_GPU_PREFILL_ENGINE='marlin': cutlass"):
+    with pytest.raises(PlacementError, match="LK_GPU_PREFILL_ENGINE='marlin': expected cutlass"):
         moe_prefill.engine_name({moe_prefill.ENGINE_ENV: "marlin"})
 
 
@@ -109,7 +110,7 @@ def test_on_lk_moe_23_the_forks_own_call_writes_bf16(monkeypatch: pytest.MonkeyP
     assert moe_prefill.CALLS == {"fork": 1} and experts.ds4x_prefill is None
     monkeypatch.setenv(moe_prefill.ENGINE_ENV, "triton")
     monkeypatch.setitem(sys.modules, "lk_moe.prefill_staging", None)
-    with pytest.raises(moe_prefill.PrefillSettingError, match="no lk_moe.prefill_staging"):
+    with pytest.raises(PlacementError, match="no lk_moe.prefill_staging"):
         moe_prefill.gpu_prefill(layer(), hidden, weights, ids, Stream())
 
 
@@ -135,15 +136,15 @@ def test_configure_sets_the_triton_tiers_fields_only_for_triton_with_gpu_prefill
     with pytest.raises(PlacementError, match="LVLLM_GPU_PREFETCH_WINDOW"):
         moe_prefill.configure(cfg(), "model.layers.1.ffn.experts", False, {**triton, "LVLLM_GPU_PREFETCH_WINDOW": "x"})
     old = SimpleNamespace(use_gpu_prefill=True)  # lk_moe 2.3's config
-    with pytest.raises(moe_prefill.PrefillSettingError, match="no Triton prefill tier"):
+    with pytest.raises(PlacementError, match="no Triton prefill tier"):
         moe_prefill.configure(old, "model.layers.1.ffn.experts", False, triton)
-    assert [moe_prefill.staging_window(w) for w in (0, 1, 2, 3, 9)] == [1, 1, 2, 2, 2]
+    assert [PrefillSettings(engine="triton", window=w).ring for w in (0, 1, 2, 3, 9)] == [1, 1, 2, 2, 2]
 
 
 def test_gpu_prefill_beside_the_expert_pool_is_refused_before_the_build() -> None:
     pool = {"LK_POOL_SLOTS": "12", "LVLLM_GPU_PREFILL_MIN_BATCH_SIZE": "1024"}
     for env in (pool, {**pool, moe_prefill.ENGINE_ENV: "triton"}):
-        with pytest.raises(moe_prefill.PrefillSettingError, match="LK_POOL_SLOTS=12 with GPU prefill"):
+        with pytest.raises(PlacementError, match="LK_POOL_SLOTS=12 with GPU prefill"):
             moe_prefill.configure(cfg(), "model.layers.1.ffn.experts", False, env)
     moe_prefill.configure(cfg(use_gpu_prefill=False), "model.layers.1.ffn.experts", False, pool)  # CPU prefill: fine
 

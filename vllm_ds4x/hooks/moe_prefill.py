@@ -45,33 +45,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from vllm_ds4x.moe import placement as mp
+from vllm_ds4x.moe import prefill
 from vllm_ds4x.moe.pool import SLOTS_ENV, pool_settings
 
-ENGINE_ENV = "LK_GPU_PREFILL_ENGINE"
-ENGINES = ("cutlass", "triton")
-MAX_STAGING_WINDOW = 2  # lk_moe's StagingPrefill keeps min(2, max(1, prefill_window)) ring blocks
+ENGINE_ENV = prefill.ENGINE_ENV
 DRIVERS = {"cutlass": ("lk_moe.prefill_cutlass", "CutlassPrefill"),
            "triton": ("lk_moe.prefill_staging", "StagingPrefill")}
 CALLS: Counter[str] = Counter()  # GPU prefill calls by driver: cutlass, triton, or fork (lk_moe 2.3)
 
 
-class PrefillSettingError(ValueError):
-    pass
-
-
 def engine_name(env: Mapping[str, str] = os.environ) -> str:
-    """LK_GPU_PREFILL_ENGINE -> cutlass (unset, lk_moe's default) or triton; anything else is refused."""
-    value = (env.get(ENGINE_ENV) or "").strip().lower()
-    if not value:
-        return "cutlass"
-    if value not in ENGINES:
-        raise PrefillSettingError(f"{ENGINE_ENV}={env.get(ENGINE_ENV)!r}: cutlass (lk_moe's default) or triton")
-    return value
-
-
-def staging_window(prefetch_window: int) -> int:
-    """LVLLM_GPU_PREFETCH_WINDOW -> the staging ring's depth, as lk_moe clamps it (1 or 2 blocks)."""
-    return min(MAX_STAGING_WINDOW, max(1, prefetch_window))
+    """LK_GPU_PREFILL_ENGINE -> cutlass (unset, lk_moe's default) or triton, as plan reads it (vllm_ds4x.moe.prefill)."""
+    return prefill.parse_engine(env.get(ENGINE_ENV))
 
 
 def configure(cfg: Any, layer_name: str, is_draft: bool, env: Mapping[str, str] = os.environ) -> None:
@@ -83,21 +68,21 @@ def configure(cfg: Any, layer_name: str, is_draft: bool, env: Mapping[str, str] 
     if not getattr(cfg, "use_gpu_prefill", False):
         return
     if pool_settings(env).on:
-        raise PrefillSettingError(f"{SLOTS_ENV}={env.get(SLOTS_ENV)} with GPU prefill ({mp.PREFILL_MIN_ENV}="
-                                  f"{env.get(mp.PREFILL_MIN_ENV)}): lk_moe's GPU prefill borrows the pool's VRAM, "
-                                  f"which this series does not bracket yet; set one of them to 0")
-    if engine_name(env) != "triton":
+        raise mp.PlacementError(f"{SLOTS_ENV}={env.get(SLOTS_ENV)} with GPU prefill ({mp.PREFILL_MIN_ENV}="
+                                f"{env.get(mp.PREFILL_MIN_ENV)}): lk_moe's GPU prefill borrows the pool's VRAM, "
+                                f"which this series does not bracket yet; set one of them to 0")
+    settings = prefill.prefill_settings(env)  # plan's reading of the same variables
+    if settings.engine != "triton":
         return
     if not hasattr(cfg, "prefill_gpu"):
-        raise PrefillSettingError(f"{ENGINE_ENV}=triton: this lk_moe has no Triton prefill tier (it came with "
-                                  f"lk_moe 2.7); unset {ENGINE_ENV}")
-    window = mp.parse_positive_int(env.get(mp.PREFETCH_ENV), mp.PREFETCH_ENV, mp.DEFAULT_PREFETCH_WINDOW)
+        raise mp.PlacementError(f"{ENGINE_ENV}=triton: this lk_moe has no Triton prefill tier (it came with "
+                                f"lk_moe 2.7); unset {ENGINE_ENV}")
     cfg.use_gpu_prefill = False  # LK_GPU_PREFILL_ENGINE picks one engine: no cutlass arena beside the ring
     cfg.prefill_gpu = True
-    cfg.prefill_min_tokens = mp.parse_positive_int(env.get(mp.PREFILL_MIN_ENV), mp.PREFILL_MIN_ENV, 0)
+    cfg.prefill_min_tokens = settings.min_batch
     cfg.layer_id = mp.layer_index(layer_name)
     cfg.role_draft = is_draft
-    cfg.prefill_window = staging_window(window)
+    cfg.prefill_window = settings.ring
 
 
 def _driver_class(engine: str) -> Any | None:
@@ -109,7 +94,7 @@ def _driver_class(engine: str) -> Any | None:
         if e.name != module:  # the driver is there and broken (a dependency missing): never the raw call,
             raise  # which writes lk_moe 2.7's fp32 into the fork's bf16 buffer
         if engine == "triton":
-            raise PrefillSettingError(f"{ENGINE_ENV}=triton: lk_moe has no {module}; unset {ENGINE_ENV}") from None
+            raise mp.PlacementError(f"{ENGINE_ENV}=triton: lk_moe has no {module}; unset {ENGINE_ENV}") from None
         return None
 
 
