@@ -23,6 +23,7 @@ import torch
 from bench import pool_decode
 from bench.pool_decode import EXPERTS, HIDDEN, TOP_K, weights
 from vllm_ds4x.hooks import moe_prefill
+from vllm_ds4x.measure.worker import host_prefill
 
 SIZES = [int(n) for n in os.environ.get("PREFILL_LAYER_SIZES", "128 256 512 1024 2048 4096 8192").split()]
 REPEATS = int(os.environ.get("PREFILL_LAYER_REPEATS", "3"))
@@ -36,15 +37,6 @@ def batch(rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     ids = torch.rand(rows, EXPERTS, generator=gen).topk(TOP_K, dim=1).indices.int().cuda()
     w = torch.rand(rows, TOP_K, generator=gen).softmax(1).cuda()
     return x, w, ids
-
-
-def cpu_prefill(moe, x: torch.Tensor, w: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """RoutedExperts._cpu_prefill's sequence: to the host, cpu_prefill, back."""
-    ids_cpu, w_cpu, x_cpu = ids.cpu(), w.cpu(), x.cpu()
-    out = torch.empty(x.shape, dtype=torch.float32)
-    torch.cuda.current_stream().synchronize()
-    moe.cpu_prefill(x.size(0), ids.size(1), ids_cpu.data_ptr(), w_cpu.data_ptr(), x_cpu.data_ptr(), out.data_ptr())
-    return out.to("cuda", dtype=x.dtype)
 
 
 def timed(fn, *args) -> tuple[float, torch.Tensor]:
@@ -85,7 +77,7 @@ def main() -> dict:
     for rows in SIZES:
         x, w, ids = batch(rows, rows)
         gpu_ms, gpu = timed(moe_prefill.gpu_prefill, experts, x, w, ids)
-        cpu_ms, cpu = timed(cpu_prefill, moe, x, w, ids)
+        cpu_ms, cpu = timed(host_prefill, moe, x, w, ids)
         scale = float(cpu.float().abs().max())
         diff = float((gpu.float() - cpu.float()).abs().max()) / (scale or 1.0)
         result["sizes"][str(rows)] = {"cpu_ms": cpu_ms, "gpu_ms": gpu_ms, "rel_diff": diff,

@@ -207,14 +207,22 @@ def _prefill_call(moe: Any, spec: dict[str, Any], rows: int, gpu: bool,
         return route_gpu, on_gpu
 
     def host_copies() -> None:
-        ids_cpu, w_cpu, x_cpu = ids_gpu.cpu(), w_gpu.cpu(), x_gpu.cpu()
-        out = torch.empty(x_cpu.shape, dtype=torch.float32)
-        torch.cuda.current_stream().synchronize()
-        moe.cpu_prefill(rows, top_k, ids_cpu.data_ptr(), w_cpu.data_ptr(), x_cpu.data_ptr(), out.data_ptr())
-        out.to("cuda", dtype=x_gpu.dtype)
+        host_prefill(moe, x_gpu, w_gpu, ids_gpu)
         torch.cuda.synchronize()
 
     return route_gpu, host_copies
+
+
+def host_prefill(moe: Any, x: Any, weights: Any, ids: Any) -> Any:
+    """RoutedExperts._cpu_prefill's sequence for GPU tensors: to the host, lk_moe's cpu_prefill, the result
+    back on the GPU in the activations' dtype (ci/fork-gpu/prefill_layer.py compares the GPU way with it)."""
+    import torch
+
+    ids_cpu, w_cpu, x_cpu = ids.cpu(), weights.cpu(), x.cpu()
+    out = torch.empty(x_cpu.shape, dtype=torch.float32)
+    torch.cuda.current_stream().synchronize()
+    moe.cpu_prefill(x.size(0), ids.size(1), ids_cpu.data_ptr(), w_cpu.data_ptr(), x_cpu.data_ptr(), out.data_ptr())
+    return out.to("cuda", dtype=x.dtype)
 
 
 def next_chunk_ms(timed: list[dict[str, Any]], rows: int) -> float:
