@@ -377,11 +377,12 @@ def _check_prefill(launch: Launch, args: PlanRequest, asked: PlanRequest, comput
     for it (--gpu-prefill-min-batch) and the script runs CPU prefill, a warning whose fixes turn it on with the
     resident layers that then fit; with `curve` (--profile's prefill section) the speeds it measured. The request
     the rest is checked at (with GPU prefill on where advised)."""
-    if compute(args).budget.for_resident_layers < 0 or args.pool_slots:
+    plan = compute(args)
+    if plan.budget.for_resident_layers < 0 or args.pool_slots:
         return args  # _check_memory says it does not fit; _check_engine_env refuses GPU prefill beside the pool
     on = _prefill_on(launch, args, asked, compute)
     found_fit = prefill_advice.fit(on, compute)
-    said = prefill_advice.sentence(found_fit, args.max_model_len, curve, compute(args).shape)
+    said = prefill_advice.sentence(found_fit, args.max_model_len, curve, plan.shape)
     want, tokens = asked.gpu_prefill_min_batch, prefill_advice.batched_tokens(args)
     if args.gpu_prefill_min_batch or not want or found_fit.with_prefill is None or want > tokens:
         late = f"; --gpu-prefill-min-batch {want} is above the {tokens} tokens a step holds" if want > tokens else ""
@@ -395,7 +396,7 @@ def _check_prefill(launch: Launch, args: PlanRequest, asked: PlanRequest, comput
     if on.prefetch_window != args.prefetch_window:
         found.fix(script_reader.Fix(mp.PREFETCH_ENV, "", str(on.prefetch_window), why))
     layers = compute(on).choice.layers
-    if _resident_count(launch, compute(args)) > len(layers):
+    if _resident_count(launch, plan) > len(layers):
         found.fix(script_reader.Fix(mp.LAYERS_ENV, "", ",".join(map(str, layers)) or "none", why))
     return on
 
