@@ -300,6 +300,13 @@ _ENGINE_ENV: dict[str, Callable[[str], object]] = {
 """the script's variables the fork parses at start-up, each with the fork's own parser"""
 
 
+def _unbridged() -> dict[str, str]:
+    """lk_moe's names that only its sglang integration reads, each with what to do in a fork script instead."""
+    return {**{name: f"set {fork_name} instead" if fork_name else "the fork has nothing like it, so remove it"
+               for name, fork_name in prefill.SGLANG_NAMES.items()},
+            **pool.UNBRIDGED}
+
+
 def _check_engine_env(launch: Launch, found: Findings, shape: mp.ModelShape | None) -> None:
     """Each variable of _ENGINE_ENV the script sets, as the fork parses it at start-up; then what the
     engine refuses at start-up of their values together with the options: a GPU-prefill minimum above
@@ -315,9 +322,8 @@ def _check_engine_env(launch: Launch, found: Findings, shape: mp.ModelShape | No
             found.errors.append(f"{pool.SLOTS_ENV}={launch.env[pool.SLOTS_ENV]} with GPU prefill ({mp.PREFILL_MIN_ENV}="
                                 f"{launch.env[mp.PREFILL_MIN_ENV]}): the engine refuses both at start-up (lk_moe's "
                                 f"GPU prefill borrows the pool's VRAM, which ds4x does not bracket yet); set one to 0")
-    for name, fork_name in prefill.SGLANG_NAMES.items():
+    for name, instead in _unbridged().items():
         if name in launch.env:
-            instead = f"set {fork_name} instead" if fork_name else "the fork has nothing like it, so remove it"
             found.warnings.append(f"{name}={launch.env[name][:40]}: lk_moe's name for its sglang integration; lk_moe "
                                   f"takes it from its config only and the fork does not bridge it: {instead}")
     try:

@@ -15,7 +15,7 @@ from ds4x.cli import main
 from ds4x.deploy import script_reader
 from tests.doc_figures import assert_quotes, row
 from tests.serve_script import SPEC, USERS
-from vllm_ds4x.moe import engine_inputs, prefill
+from vllm_ds4x.moe import engine_inputs, pool, prefill
 from vllm_ds4x.moe import placement as mp
 from vllm_ds4x.moe.prefill import PrefillSettings
 
@@ -193,6 +193,14 @@ def test_lk_moes_sglang_names_do_nothing_in_the_fork(tmp_path: Path, capsys: pyt
     code, out = check(users_script(tmp_path, env="export LK_GPU_PREFILL_MIN_TOKENS=1024\n"), capsys)
     warned = [line for line in out.splitlines() if line.startswith("warning: LK_GPU_PREFILL_MIN_TOKENS=1024")]
     assert code == 0 and len(warned) == 1 and f"set {mp.PREFILL_MIN_ENV} instead" in warned[0], out
+
+
+@pytest.mark.parametrize("name", ["LK_POOL_DECODE", "LK_VERIFY_RESIDENT", "LK_VERIFY_SKIP_MISS"])
+def test_lk_moes_pool_and_verify_names_do_nothing_in_the_fork(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              name: str) -> None:
+    code, out = check(users_script(tmp_path, env=f"export {name}=1\n"), capsys)
+    warned = [line for line in out.splitlines() if line.startswith(f"warning: {name}=1: lk_moe's name")]
+    assert code == 0 and len(warned) == 1 and warned[0].endswith(pool.UNBRIDGED[name]), out
 
 
 def test_asked_above_the_step_is_a_note_and_no_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

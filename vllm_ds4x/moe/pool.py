@@ -25,6 +25,13 @@ INFLIGHT_ENV = "LK_POOL_INFLIGHT"  # host-to-GPU copies in flight
 LOG_ENV = "LK_POOL_LOG"  # lk_moe logs a [pool] line every N decode steps (0: never)
 PROBE_ENV = "LK_ROUTE_PROBE"  # lk_moe logs each step's routing ([RP] lines), for a routing trace
 NAMES = (SLOTS_ENV, WINDOW_ENV, INFLIGHT_ENV, LOG_ENV, PROBE_ENV)
+UNBRIDGED: dict[str, str] = {
+    "LK_POOL_DECODE": f"the fork runs the pool's GPU half wherever {SLOTS_ENV} > 0, so remove it ({SLOTS_ENV}=0: no pool)",
+    "LK_VERIFY_RESIDENT": "ds4x does not wire lk_moe's own verify policies into the fork (not yet run), so remove it",
+    "LK_VERIFY_SKIP_MISS": "ds4x does not wire lk_moe's own verify policies into the fork (not yet run), so remove it",
+}
+"""lk_moe's pool and verify names that its sglang integration bridges into the config and the fork does
+not: in a fork script they do nothing (what to do instead)"""
 MIN_WINDOW = 8  # lk_moe's floor
 POOL_ROWS = 2
 """lk_moe 2.7.4's cpu_decode skips the pooled experts only in a call of 1 or 2 rows (top-6); from 3 rows
