@@ -388,7 +388,7 @@ def _check_prefill(launch: Launch, args: PlanRequest, asked: PlanRequest, comput
         return args  # _check_memory says it does not fit; _check_engine_env refuses GPU prefill beside the pool
     on = _prefill_on(launch, args, asked, compute)
     found_fit = prefill_advice.fit(on, compute)
-    said = prefill_advice.sentence(found_fit, args.max_model_len, curve, plan.shape)
+    said = prefill_advice.sentence(found_fit, args.max_model_len, curve, plan.shape) + prefill_advice.alternative(on, compute)
     want, tokens = asked.gpu_prefill_min_batch, prefill_advice.batched_tokens(args)
     if args.gpu_prefill_min_batch or not want or found_fit.with_prefill is None or want > tokens:
         late = f"; --gpu-prefill-min-batch {want} is above the {tokens} tokens a step holds" if want > tokens else ""
@@ -408,22 +408,15 @@ def _check_prefill(launch: Launch, args: PlanRequest, asked: PlanRequest, comput
 
 
 def _prefill_on(launch: Launch, args: PlanRequest, asked: PlanRequest, compute: Compute) -> PlanRequest:
-    """The script's request with GPU prefill on: as the script sets it, else as the plan options ask; where
-    the script sets no window, a triton ring of one layer if two would cost a resident layer (a resident
-    layer speeds every decode step; a second ring block only prefill, and only over fast PCIe, lk_moe says)."""
+    """The script's request with GPU prefill on: as the script sets it, else as the plan options ask, with the
+    engine and window the script leaves unset chosen for the resident layers they leave (prefill_advice.roomiest)."""
     if args.gpu_prefill_min_batch:
         return args
     on = replace(args, gpu_prefill_min_batch=asked.gpu_prefill_min_batch or 1,
                  prefill_engine=args.prefill_engine if prefill.ENGINE_ENV in launch.env else asked.prefill_engine,
                  prefetch_window=args.prefetch_window if mp.PREFETCH_ENV in launch.env else asked.prefetch_window)
-    if mp.PREFETCH_ENV in launch.env or on.prefill_engine != "triton":
-        return on
-    narrow = replace(on, prefetch_window=1)
-    wide, one = compute(on), compute(narrow)
-    if wide.budget.for_resident_layers < 0 <= one.budget.for_resident_layers or \
-            len(one.choice.layers) > len(wide.choice.layers):
-        return narrow
-    return on
+    return prefill_advice.roomiest(on, compute, engine_set=prefill.ENGINE_ENV in launch.env,
+                                   window_set=mp.PREFETCH_ENV in launch.env)
 
 
 def _resident_count(launch: Launch, plan: Plan) -> int:

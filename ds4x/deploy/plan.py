@@ -286,7 +286,8 @@ def table(args: PlanRequest, result: Plan, curve: prefill_advice.Measured | None
     lines.append(f"why: {choice.reason}")
     if plan.for_resident_layers >= 0 and not args.pool_slots:  # GPU prefill beside the pool: refused (main)
         on = replace(args, gpu_prefill_min_batch=args.gpu_prefill_min_batch or 1)
-        lines.append(prefill_advice.sentence(prefill_advice.fit(on, compute), args.max_model_len, curve, shape))
+        lines.append(prefill_advice.sentence(prefill_advice.fit(on, compute), args.max_model_len, curve, shape)
+                     + prefill_advice.alternative(on, compute))
     lines.append(f"RAM bandwidth {args.ram_bandwidth / 1e9:.1f} GB/s, {verify_tokens(args)} token(s) verified per request "
                  f"and step; the decode ceilings count every verified token as accepted, the --acceptance row the "
                  f"expected accepted ones")
@@ -461,7 +462,8 @@ def _refuse_what_does_not_fit(plan: mp.Budget) -> None:
             f"{', expert pool' if plan.pool else ''}{', GPU prefill' if plan.prefill else ''}), "
             f"{plan.usable / gib:.2f} GiB usable on the GPU",
             f"lower --max-model-len, use --cpu-draft-layers{', fewer --pool-slots' if plan.pool else ''}"
-            f"{', --prefetch-window 1 or CPU prefill' if plan.prefill else ''}, raise --tp, or a larger GPU",
+            f"{', --prefill-engine triton with --prefetch-window 1, or CPU prefill' if plan.prefill else ''}, "
+            f"raise --tp, or a larger GPU",
         )
 
 

@@ -16,8 +16,10 @@ from vllm_ds4x.measure import analysis
 from vllm_ds4x.moe import placement as mp
 from vllm_ds4x.moe import prefill
 
-NOT_MEASURED = ("GPU prefill's speed is not measured here (no prefill run is committed under bench/results, and no "
-                "measure profile with a prefill section is given: --profile), so this is about fit only")
+NOT_MEASURED = ("GPU prefill's speed on this machine is unknown without a measure profile with a prefill section "
+                "(--profile), so this is about fit only; on the committed stand-in run (bench/results/"
+                "h100-dsv4-prefill, an H100 host) a 16384-token prompt prefilled 14.8x faster on the GPU with cutlass "
+                "and 16.4x with triton than on the CPU")
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,9 @@ def figures(found: Fit, section: dict[str, Any], moe_layers: int) -> dict[str, A
     no layer on lk_moe), the crossover and the engine, as `speed` states them."""
     row = _chunk(section, found.tokens)
     layers = {"cpu": moe_layers - found.without, "gpu": moe_layers - (found.with_prefill or 0)}
+    fits = {"cpu": True, "gpu": found.with_prefill is not None}
     tok_s = {way: analysis.prefill_tok_s(row["rows"], layers[way], row[f"{way}_ms"])
-             if row.get(f"{way}_ms") and layers[way] > 0 else None for way in layers}
+             if row.get(f"{way}_ms") and layers[way] > 0 and fits[way] else None for way in layers}
     return {"chunk": row["rows"], "lk_threads": section.get("lk_threads"), "engine": section.get("engine"),
             "cpu_lk_moe_layers": layers["cpu"], "gpu_lk_moe_layers": layers["gpu"], "cpu_tok_s": tok_s["cpu"],
             "gpu_tok_s": tok_s["gpu"], "crossover": section.get("crossover")}
@@ -127,10 +130,41 @@ def fit(on: PlanRequest, compute: Callable[[PlanRequest], Plan]) -> Fit:
                without=len(without.choice.layers), kv_cache=without.budget.kv_cache)
 
 
+def roomiest(on: PlanRequest, compute: Callable[[PlanRequest], Plan], engine_set: bool, window_set: bool) -> PlanRequest:
+    """GPU prefill as `on` asks, or, where the engine or the window is not set, the choice that leaves the most
+    resident layers: triton in place of cutlass (whose arena holds a layer's experts twice, once in bf16), and
+    a triton ring of one layer in place of two (a resident layer speeds every decode step; a second ring block
+    only prefill, and only over fast PCIe, lk_moe says). Ties keep what `on` asks."""
+    def room(request: PlanRequest) -> int:
+        plan = compute(request)
+        return len(plan.choice.layers) if plan.budget.for_resident_layers >= 0 else -1
+
+    candidates = [on]
+    if not engine_set and on.prefill_engine == "cutlass":
+        candidates.append(replace(on, prefill_engine="triton"))
+    if not window_set:
+        candidates += [replace(c, prefetch_window=1) for c in candidates if c.prefill_engine == "triton"]
+    return max(candidates, key=room)  # the first of the roomiest
+
+
+def alternative(on: PlanRequest, compute: Callable[[PlanRequest], Plan]) -> str:
+    """'; triton ... fits with N resident layer(s)' where another engine or window leaves more resident layers
+    than `on` does, else ''."""
+    best = roomiest(on, compute, engine_set=False, window_set=False)
+    if best == on:
+        return ""
+    found = fit(best, compute)
+    if found.with_prefill is None:
+        return ""
+    window = f" with {mp.PREFETCH_ENV}={best.prefetch_window}" if best.prefill_engine == "triton" else ""
+    return (f"; {best.prefill_engine}{window} ({prefill.ENGINE_ENV}={best.prefill_engine}, "
+            f"{found.staging / mp.GIB:.2f} GiB staging) fits with {found.with_prefill} resident layer(s)")
+
+
 def _engine(on: prefill.PrefillSettings) -> str:
     if on.engine == "triton":
         return f"triton, a ring of {on.ring} layer(s) of experts (window {on.window})"
-    return "cutlass, its arena taken as one layer of experts"
+    return "cutlass, its arena taken as one layer of experts and their bf16 copy"
 
 
 def other_layer(section: dict[str, Any], shape: mp.ModelShape) -> str | None:

@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = json.loads((ROOT / "examples/deepseek-v4-flash/config.json").read_text())
 SHAPE = mp.model_shape(CONFIG, num_draft_layers=3)
 LAYER = SHAPE.layer_bytes  # 256 experts x 12.75 MiB
+BF16_LAYER = 256 * 3 * 4096 * 2048 * 2  # the same experts dequantized: cutlass's arena holds both
+TRITON_1 = ("--prefill-engine", "triton", "--prefetch-window", "1")  # one layer staged, fp32 scratch
 
 
 def test_off_by_default_as_the_fork_runs() -> None:
@@ -59,12 +61,21 @@ def test_lk_moes_own_names_are_checked_as_it_documents_them(name: str, value: st
 def test_staging_is_whole_layers_of_experts() -> None:
     assert prefill.staging_bytes(PrefillSettings(), SHAPE, 1) == 0  # off
     cutlass = [prefill.staging_bytes(PrefillSettings(min_batch=1, window=w), SHAPE, 1) for w in (0, 1, 3)]
-    assert cutlass == [LAYER] * 3  # cutlass ignores the window
+    assert cutlass == [LAYER + BF16_LAYER] * 3  # cutlass ignores the window, and holds the layer in bf16 too
     triton = [prefill.staging_bytes(PrefillSettings(min_batch=1, engine="triton", window=w), SHAPE, 1)
               for w in (0, 1, 2, 3)]
     assert triton == [LAYER, LAYER, 2 * LAYER, 2 * LAYER]  # lk_moe's ring: 1 or 2 blocks
-    assert prefill.staging_bytes(PrefillSettings(min_batch=1), SHAPE, 2) == LAYER // 2
+    assert prefill.staging_bytes(PrefillSettings(min_batch=1), SHAPE, 2) == (LAYER + BF16_LAYER) // 2
     assert pytest.approx(3.1875) == LAYER / mp.GIB
+
+
+def test_cutlass_as_planned_is_what_lk_moe_reported_holding() -> None:
+    """bench/results/h100-dsv4-prefill: lk_moe 2.7.4's get_device_mem_usage with one Flash-shaped MXFP4 layer
+    built for GPU prefill at 8192 tokens (the probe's layer has Flash's routed experts, as SHAPE's)."""
+    probe = json.loads((ROOT / "bench/results/h100-dsv4-prefill/prefill-layer.json").read_text())
+    cutlass = PrefillSettings(min_batch=1)
+    planned = prefill.prefill_bytes(cutlass, SHAPE, probe["max_batch_size"], 1)
+    assert probe["engine"] == "cutlass" and abs(planned / probe["device_bytes"] - 1) < 0.02, planned
 
 
 def test_scratch_grows_with_a_steps_tokens() -> None:
@@ -87,8 +98,8 @@ def plan_json(*args: str, capsys: pytest.CaptureFixture[str]) -> dict[str, objec
 
 def test_the_ledger_counts_gpu_prefill(capsys: pytest.CaptureFixture[str]) -> None:
     off = plan_json(capsys=capsys)
-    on = plan_json("--gpu-prefill-min-batch", "1024", capsys=capsys)
-    expected = LAYER + 2048 * 4096 * 6
+    on = plan_json("--gpu-prefill-min-batch", "1024", *TRITON_1, capsys=capsys)
+    expected = LAYER + prefill.scratch_bytes(PrefillSettings(min_batch=1, engine="triton"), SHAPE, 2048, 1)
     assert (off["prefill"], on["prefill"]) == (0, expected)
     assert on["for_resident_layers"] == off["for_resident_layers"] - expected  # type: ignore[operator]
     assert (off["resident"], on["resident"]) == ([0, 1], [0])
@@ -103,17 +114,21 @@ def test_the_plan_says_what_fits_beside_gpu_prefill(capsys: pytest.CaptureFixtur
                                                    without: int) -> None:
     assert main(["plan", "--max-model-len", length]) == 0
     out = capsys.readouterr().out
-    found = re.search(r"GPU prefill \(cutlass.*fits with (\d+) resident layer\(s\), not the (\d+) that fit", out)
-    assert found and (int(found[1]), int(found[2])) == (with_it, without), out
+    assert re.search(r"GPU prefill \(cutlass.*does not fit even with no resident layer", out), out
+    found = re.search(rf"; triton with {mp.PREFETCH_ENV}=1 \({prefill.ENGINE_ENV}=triton, [0-9.]+ GiB staging\) fits "
+                      rf"with (\d+) resident layer\(s\)", out)
+    assert found and int(found[1]) == with_it, out
     assert plan_json("--max-model-len", length, capsys=capsys)["resident"] == list(range(without))
-    assert plan_json("--max-model-len", length, "--gpu-prefill-min-batch", "1", capsys=capsys)["resident"] == \
-        list(range(with_it))
+    assert plan_json("--max-model-len", length, "--gpu-prefill-min-batch", "1", *TRITON_1, capsys=capsys)["resident"] \
+        == list(range(with_it))
+    assert main(["plan", "--max-model-len", length, "--gpu-prefill-min-batch", "1"]) == 1  # cutlass: no room
+    assert "--prefill-engine triton with --prefetch-window 1" in capsys.readouterr().err
 
 
 def test_a_threshold_above_the_step_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--gpu-prefill-min-batch", "4096"]) == 2
     assert "--gpu-prefill-min-batch 4096 exceeds --max-num-batched-tokens 2048" in capsys.readouterr().err
-    assert main(["plan", "--gpu-prefill-min-batch", "4096", "--max-num-batched-tokens", "8192"]) == 0
+    assert main(["plan", "--gpu-prefill-min-batch", "4096", "--max-num-batched-tokens", "8192", *TRITON_1]) == 0
 
 
 def test_the_engines_auto_counts_the_same_bytes(monkeypatch: pytest.MonkeyPatch,
@@ -154,7 +169,9 @@ def test_the_users_script_gets_the_fit_as_a_note(tmp_path: Path, capsys: pytest.
     code, out = check(users_script(tmp_path), capsys)
     lines = prefill_lines(out)
     assert code == 0 and len(lines) == 1 and lines[0].startswith("note: at --max-model-len 1048576"), out
-    assert "fits with 1 resident layer(s), not the 2" in lines[0] and "not measured" in lines[0]
+    # the script sets no engine: triton at a ring of one layer, as cutlass's arena (a layer twice) does not fit
+    assert "GPU prefill (triton, a ring of 1 layer(s) of experts (window 1)" in lines[0], lines[0]
+    assert "fits with 1 resident layer(s), not the 2" in lines[0] and "about fit only" in lines[0]
 
 
 @pytest.mark.parametrize(("engine", "env"), [
@@ -174,7 +191,8 @@ def test_asked_for_gpu_prefill_write_turns_it_on(tmp_path: Path, capsys: pytest.
 
 
 def test_gpu_prefill_on_with_too_many_layers_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out = check(users_script(tmp_path, env=f"export {mp.PREFILL_MIN_ENV}=1024\n"), capsys)
+    triton = f"export {prefill.ENGINE_ENV}=triton {mp.PREFETCH_ENV}=1\n"
+    code, out = check(users_script(tmp_path, env=f"export {mp.PREFILL_MIN_ENV}=1024\n{triton}"), capsys)
     assert code == 1 and f"error: {mp.LAYERS_ENV}=0,1: 2 resident layers, only 1 fit" in out, out
 
 

@@ -11,8 +11,9 @@ hook (vllm_ds4x.hooks.moe_prefill) runs lk_moe's own drivers, chosen by ``LK_GPU
   ``StagingPrefill``'s), and keeps one fp32 scratch for every layer: ``cap = max(tokens x top_k, 8192)``
   rows of ``2 I + H`` values and ``cap / top_k + 1`` rows of ``H``.
 - ``cutlass`` (lk_moe's default) sizes its arena in C++, out of sight of its Python: taken here as one
-  layer's experts (it ignores the window), plus its fp32 accumulator and the activation-dtype output
-  (``max(tokens, 2048)`` rows of ``H``). lk_moe's ``get_device_mem_usage()`` gives the real figure.
+  layer's experts (it ignores the window) and the same experts dequantized to bf16, plus its fp32
+  accumulator and the activation-dtype output (``max(tokens, 2048)`` rows of ``H``): within 2% of the
+  15.61 GiB lk_moe's ``get_device_mem_usage()`` reported for one Flash MXFP4 layer at 8192 tokens.
 
 lk_moe's README also names ``LK_GPU_PREFILL_MIN_TOKENS``, ``LK_GPU_PREFETCH_WINDOW``, ``LK_GPU_PREFILL_SUB_M``,
 ``LK_GPU_PREFILL_WAVE_EXPERTS`` and ``LK_GPU_RESERVE_GB``: names its sglang integration reads. lk_moe takes
@@ -111,8 +112,20 @@ def default_batched_tokens(gpu_bytes: int) -> int:
 
 
 def staging_bytes(settings: PrefillSettings, shape: ModelShape, tp_size: int) -> int:
-    """The routed experts staged on the GPU at once, per GPU; 0 while GPU prefill is off."""
-    return settings.ring * shape.layer_bytes_per_gpu(tp_size) if settings.on else 0
+    """The routed experts staged on the GPU at once, per GPU; 0 while GPU prefill is off. cutlass also
+    holds the layer's experts dequantized to bf16 (lk_moe 2.7.4 reported 15.61 GiB for one Flash MXFP4
+    layer, its 3.2 GiB and 12.0 GiB so: bench/results/h100-dsv4-prefill)."""
+    if not settings.on:
+        return 0
+    staged = settings.ring * shape.layer_bytes_per_gpu(tp_size)
+    if settings.engine == "cutlass" and shape.expert_bytes != dequantized_expert_bytes(shape):
+        staged += shape.n_routed_experts * dequantized_expert_bytes(shape) // tp_size
+    return staged
+
+
+def dequantized_expert_bytes(shape: ModelShape) -> int:
+    """One routed expert's three matrices in bf16."""
+    return 3 * shape.hidden * shape.moe_intermediate * ACT_BYTES
 
 
 def scratch_bytes(settings: PrefillSettings, shape: ModelShape, tokens: int, tp_size: int) -> int:
