@@ -27,7 +27,8 @@ round) in "none" (else "layers"), or a cell without its tokens; an eager decode 
 in decode or no graph replayed at a verified depth's query length; a pool that counted a cover miss
 or duplicate, looked up no expert, or lacks a counter; counters where pool_slots is 0; an
 arrangement that is not what its tag says; pool and layers more than 5% apart in routed-expert VRAM;
-routing that differs between arrangements; a prediction more than 10% off. The issue's targets are
+routing that differs between arrangements, or a locality table the engine's MoE rows did not follow
+(routing.gate_agrees: under ROUTED_AS_ASKED in a layer); a prediction more than 10% off. The issue's targets are
 reported MET, NOT MET or TIE (inside the floor), not failed: they are the measurement. Exit 2: no
 such run folder, or bad options.
 
@@ -71,6 +72,7 @@ POOL_KEYS = ("hits", "misses", "pumps", "hit_rate", "cover_miss", "cover_dup", "
 CELL_KEYS = ("round", "phase", "requests", "policy", "tok_s", "tokens", "steps")
 ARRANGEMENT_KEYS = ("tag", "resident", "pool_slots", "lk_layers", "gpu_expert_bytes")
 MEASURED_ROUTING = ("reuse", "distinct_1", "distinct_2", "distinct_3")
+ROUTED_AS_ASKED = 0.95  # the share of eager MoE rows, in every routed layer, routed as the locality table says
 TARGET_GAIN, TARGET_REUSE = 1.10, 0.38
 """#57: at reuse 0.38, phase 0/2's reasoning with the pool at least 1.10x whole layers"""
 Key = tuple[str, int, str]
@@ -196,6 +198,12 @@ class Run:
             for key in MEASURED_ROUTING:
                 if not (isinstance(measured, dict) and number(measured.get(key))):
                     self.problems.append(f"{name}: no routing.measured.{key}")
+            if (agreed := routed_as_asked(routing)) is None:
+                self.problems.append(f"{name}: no routing.gate_agrees (the engine's route check)")
+            elif agreed < ROUTED_AS_ASKED:
+                self.problems.append(f"{name}: the engine routed {agreed:.0%} of its MoE rows as the locality table says "
+                                     f"(the route check's worst layer; at least {ROUTED_AS_ASKED:.0%}): the routing "
+                                     "measured is not the one asked for")
         if not number(run.get("tokens_per_request")):
             self.problems.append(f"{name}: no tokens_per_request")
         cells = run.get("cells")
@@ -479,6 +487,14 @@ def targets(run: Run, keys: Sequence[Key], floor: float) -> list[str]:
     return [f"{line}  (noise floor {floor:.1%}; TIE: inside it)" for line in lines]
 
 
+def routed_as_asked(routing: dict[str, Any]) -> float | None:
+    """The route check's worst routed layer: the share of its eager MoE rows whose top-k the locality table
+    gives (None: no check recorded)."""
+    agrees = routing.get("gate_agrees")
+    rows = [layer.get("rows") for layer in agrees.values()] if isinstance(agrees, dict) and agrees else []
+    return min(rows) if rows and all(number(r) for r in rows) else None
+
+
 def header(run: Run) -> list[str]:
     """The arrangements, the routing, the VRAM each spends and the pool's counters."""
     routing = run.arrangements[run.reference].run["routing"]
@@ -486,7 +502,8 @@ def header(run: Run) -> list[str]:
     lines = [f"routing: {routing.get('router', 'locality')}"
              + (f", reuse {routing['reuse']:g}, skew {routing['skew']:g}; the cells' tokens had reuse "
                 f"{measured['reuse']:.3f}, distinct experts {measured['distinct_1']:.2f} / {measured['distinct_2']:.2f} "
-                f"/ {measured['distinct_3']:.2f} at 1 / 2 / 3 rows" if routing.get("router") != "random" else
+                f"/ {measured['distinct_3']:.2f} at 1 / 2 / 3 rows; the engine routed "
+                f"{routed_as_asked(routing) or 0:.0%} of its MoE rows so (worst layer)" if routing.get("router") != "random" else
                 " (reuse 0, skew 0)"),
              f"  {'arrangement':<12} {'resident':<12} {'slots':>5} {'lk_moe layers':>13} {'expert GiB':>10} "
              f"{'hit rate':>9} {'hits':>9} {'misses':>9} {'pumps':>7}"]

@@ -127,6 +127,15 @@ def logprob_gap(p: dict[str, Any], ref: dict[str, Any]) -> float | None:
     return max(gaps, default=None)
 
 
+CERTAIN = "certain"
+
+
+def certain(p: dict[str, Any], ref: dict[str, Any]) -> bool:
+    """Both arms' greedy tokens had probability 1 (logprob 0 to the digits recorded): no logprob gap can show."""
+    both = [*(p.get("logprobs") or []), *(ref.get("logprobs") or [])]
+    return bool(p.get("logprobs")) and bool(ref.get("logprobs")) and all(v == 0 for v in both)
+
+
 def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
@@ -164,8 +173,12 @@ def report(asked: list[str], results: dict[str, Any]) -> list[str]:
             x = ratio(p.get("prefill_tok_s"), ref.get("prefill_tok_s")) if arm != "cpu" else None
             equal = "-" if arm == "cpu" or not ref else "yes" if p.get("tokens") == ref.get("tokens") else "NO"
             gap = logprob_gap(p, ref) if arm != "cpu" and ref else None
+            shown = CERTAIN if arm != "cpu" and certain(p, ref) else fmt(gap, '.2e')
             out.append(f"{n:>7} {arm:<7} {fmt(p.get('ttft_s'), '.3f'):>8} {fmt(p.get('prefill_tok_s')):>14} "
-                       f"{fmt(x, '.2f'):>6} {fmt(p.get('decode_tok_s'), '.2f'):>13} {equal:>12} {fmt(gap, '.2e'):>12}")
+                       f"{fmt(x, '.2f'):>6} {fmt(p.get('decode_tok_s'), '.2f'):>13} {equal:>12} {shown:>12}")
+    if any(CERTAIN in line for line in out):
+        out.append(f"{CERTAIN}: every greedy token's logprob is 0 in both arms (probability 1), so the logprobs cannot "
+                   "show a difference; the layer's rel diff below does")
     at = {arm: ratio(((r.get("prompts") or {}).get(str(TARGET_LENGTH)) or {}).get("prefill_tok_s"),
                      ((cpu.get("prompts") or {}).get(str(TARGET_LENGTH)) or {}).get("prefill_tok_s"))
           for arm, r in arms.items() if arm != "cpu"}

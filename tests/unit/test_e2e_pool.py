@@ -26,7 +26,9 @@ EXPERT_BYTES = 13_369_344  # one MXFP4 expert with its scales (12.75 MiB)
 POLICIES = ("fixed 2", "phase 0/2")
 LAYERS = 10  # the stand-in's target layers; "layers" keeps 0 and 1 on the GPU
 ROUTING = {"router": "locality", "reuse": 0.38, "skew": 0.8,
-           "measured": {"reuse": 0.37, "distinct_1": 6.0, "distinct_2": 9.8, "distinct_3": 13.5}}
+           "measured": {"reuse": 0.37, "distinct_1": 6.0, "distinct_2": 9.8, "distinct_3": 13.5},
+           "gate_agrees": {"1": {"rows": 1.0, "experts": 1.0, "cosine": 0.9}, "2": {"rows": 0.99, "experts": 1.0,
+                                                                                   "cosine": 0.9}}}
 PLACED = {"layers": ([0, 1], 0), "pool": ([], 51), "user": ([], 12), "none": ([], 0)}  # resident, slots
 HIT = {"pool": 0.3, "user": 0.1}
 
@@ -186,6 +188,10 @@ def broken(runs: dict[str, dict[str, Any]], how: str) -> dict[str, dict[str, Any
         del pool["pool"]["cover_dup"]
     elif how == "missing routing figure":
         del pool["routing"]["measured"]["distinct_2"]
+    elif how == "routed otherwise":  # h100-dsv4-e2e-pool-r038's route check
+        pool["routing"]["gate_agrees"]["2"]["rows"] = 0.0
+    elif how == "no route check":
+        del runs["layers"]["routing"]["gate_agrees"]
     elif how == "cell without tokens":
         del runs["user"]["cells"][2]["tokens"]
     elif how == "tokens differ":
@@ -234,6 +240,8 @@ def broken(runs: dict[str, dict[str, Any]], how: str) -> dict[str, dict[str, Any
     ("no arrangement", "e2e-spec-layers.json: no \"arrangement\" object"),
     ("missing pool counter", "pool: no pool counter(s) cover_dup"),
     ("missing routing figure", "e2e-spec-pool.json: no routing.measured.distinct_2"),
+    ("routed otherwise", "e2e-spec-pool.json: the engine routed 0% of its MoE rows as the locality table says"),
+    ("no route check", "e2e-spec-layers.json: no routing.gate_agrees"),
     ("cell without tokens", "e2e-spec-user.json: cell 2 has no tokens"),
     ("tokens differ", "user: greedy tokens differ from none's in 1 cell(s)"),
     ("tokens differ from none", "layers: greedy tokens differ from none's in 4 cell(s): answer x1"),
@@ -263,6 +271,14 @@ def test_a_missing_profile_fails(runs: dict[str, dict[str, Any]], tmp_path: Path
     (tmp_path / "measure.json").unlink()
     code, out = report(tmp_path, capsys)
     assert code == 1 and "FAIL: " in out and "measure.json" in out
+
+
+def test_the_committed_h100_run_fails_for_its_routing(capsys: pytest.CaptureFixture[str]) -> None:
+    """h100-dsv4-e2e-pool-r038: every other check passes; the engine's route check found no row routed as asked."""
+    assert e2e_pool.main([str(ROOT / "bench/results/h100-dsv4-e2e-pool-r038"), "--arrangements", "pool layers"]) == 1
+    fails = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAIL")]
+    assert fails and all("the engine routed 0% of its MoE rows as the locality table says" in f or
+                         "predicted 134.72 tok/s, measured 113.63" in f for f in fails), fails
 
 
 def test_no_run_folder_or_bad_options_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -150,3 +150,15 @@ def test_crossover_is_the_smallest_size_from_which_the_gpu_stays_faster() -> Non
              "512": {"cpu_ms": 4, "gpu_ms": 3}, "1024": {"cpu_ms": 8, "gpu_ms": 3}}
     assert prefill.crossover(sizes)[0] == 512
     assert prefill.crossover({"128": {"cpu_ms": 1, "gpu_ms": 2}})[0] is None
+
+
+def test_certain_tokens_say_their_logprobs_cannot_show_a_gap() -> None:
+    """bench/results/h100-dsv4-prefill: the stand-in's greedy tokens had logprob 0 in every arm."""
+    zero = {"tokens": [1, 2], "logprobs": [0.0, 0.0]}
+    assert prefill.certain(zero, zero) and not prefill.certain({"tokens": [1, 2], "logprobs": [0.0, -0.01]}, zero)
+    assert not prefill.certain({"tokens": [1, 2], "logprobs": None}, zero)
+    results = {"cpu": {"prompts": {"4096": {**zero, "prefill_tok_s": 1.0}}},
+               "gpu": {"prompts": {"4096": {**zero, "prefill_tok_s": 9.0}}}}
+    lines = prefill.report(["cpu", "gpu"], results)
+    row = next(line for line in lines if line.lstrip().startswith("4096 gpu"))
+    assert row.endswith(prefill.CERTAIN) and any(line.startswith(f"{prefill.CERTAIN}: every greedy") for line in lines)
