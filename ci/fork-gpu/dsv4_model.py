@@ -25,10 +25,13 @@ DSV4_LAYERS (default 3) gives the target more layers of the same kinds (compress
 DSV4_ROUTING (default "random": the gates' random weights, as before): "reuse=R,skew=S" gives each
 routed target layer engine.locality's router instead, seeded by the layer: every token's experts are
 drawn once, walking each cycle in order (so a token repeats each of its predecessor's experts with
-chance R, popularity Zipf S), and the gate's row for an expert is the sum of its tokens' embedding
-directions, so the gate picks them (the MoE input stays near the token's embedding). The hash-routed
-layers stay hash-routed and DSpark's draft layer keeps its random gate. `routing()` gives the table
-and `RouteCheck` counts, in every eager MoE call, the rows whose top-k equals their token's.
+chance R, popularity Zipf S), and the layer routes by that table: the target config makes every
+layer hash-routed (num_hash_layers), DeepSeek-V4's own routing by a per-token table (tid2eid), which
+the routed layers' tables replace. An earlier stand-in built the gates from the table instead, on the
+assumption that a token's MoE input stays near its embedding: on the GPU the input's cosine to it
+was -0.005 and no row routed as the table says (bench/results/h100-dsv4-e2e-pool-r038). Layer 0 keeps
+its random hash table and DSpark's draft layer its random gate. `routing()` gives the table and
+`RouteCheck` counts, in every eager MoE call, the rows whose experts are their token's.
 
 DSV4_RESIDENT (default "0,1", the user's LVLLM_GPU_RESIDENT_MOE_LAYERS on the RTX 5090; "none"
 turns it off): the target layers whose routed experts stay on the GPU, in the fork's MXFP4 MoE
@@ -82,13 +85,15 @@ DRAFT = {**CONFIG, "dspark_target_layer_ids": TARGET_LAYERS_FOR_DRAFT, "dspark_m
          "n_mtp_layers": 1, "dspark_noise_token_id": NOISE_TOKEN, "num_nextn_predict_layers": 1}
 
 
-def configs(layers: int) -> tuple[dict, dict]:
-    """The target's and the draft's config for a target of `layers` layers (at least 3)."""
+def configs(layers: int, knobs: dict[str, float] | None = None) -> tuple[dict, dict]:
+    """The target's and the draft's config for a target of `layers` layers (at least 3); with locality
+    `knobs`, every target layer routes by its token's row of a table (DeepSeek-V4's hash routing, tid2eid)."""
     if layers < LAYERS:
         raise ValueError(f"DSV4_LAYERS={layers}: at least {LAYERS} (one layer of each attention kind)")
     ratios = [0] + [4 if i % 2 else 128 for i in range(1, layers)]
     more = {"num_hidden_layers": layers, "compress_ratios": ratios}
-    return {**CONFIG, **more}, {**DRAFT, **more}
+    tables = {"num_hash_layers": layers} if knobs else {}
+    return {**CONFIG, **more, **tables}, {**DRAFT, **more}
 
 
 def routing_knobs(value: str | None) -> dict[str, float] | None:
@@ -166,7 +171,8 @@ def write(dest: Path) -> None:
 
     layers = int(os.environ.get("DSV4_LAYERS", LAYERS))
     resident_layers(os.environ.get("DSV4_RESIDENT", RESIDENT), layers)  # a bad value stops the run here
-    for name, config in zip(("target", "draft"), configs(layers), strict=True):
+    knobs = routing_knobs(os.environ.get("DSV4_ROUTING"))  # a bad value stops the run here too
+    for name, config in zip(("target", "draft"), configs(layers, knobs), strict=True):
         tok = tokenizer(dest / name)
         assert len(tok) <= VOCAB and tok.convert_tokens_to_ids(["<think>", "</think>"]) == [THINK, END_THINK]
         (dest / name / "config.json").write_text(json.dumps(config, indent=1))
@@ -244,14 +250,10 @@ def _embedding() -> torch.Tensor:
     return embed / embed.norm(dim=1, keepdim=True)
 
 
-def _locality_gate(name: str, param: torch.Tensor, knobs: dict[str, float]) -> None:
-    """Gate row e = the sum of the embedding directions of the tokens routed to e."""
+def _locality_table(name: str, param: torch.Tensor, knobs: dict[str, float]) -> None:
+    """A routed layer's hash table (tid2eid): row t = the experts `routing` gives token t."""
     layer = int(re.search(r"layers\.([0-9]+)\.", name)[1])
-    rows = torch.zeros(param.shape, dtype=torch.float32)
-    embed = _embedding()
-    for token, experts in enumerate(routing(layer, knobs)):
-        rows[experts] += embed[token]
-    param.copy_(rows.to(param.dtype).to(param.device))
+    param.copy_(torch.tensor(routing(layer, knobs), dtype=param.dtype).to(param.device))
 
 
 class RouteCheck:
@@ -276,7 +278,9 @@ class RouteCheck:
             hidden, ids = args[0], args[1] if len(args) > 1 else kwargs.get("input_ids")
             if ids is None or (hidden.is_cuda and torch.cuda.is_current_stream_capturing()):
                 return
-            top = module.gate(hidden)[0].float().topk(table.size(1), dim=-1).indices.sort(dim=-1).values
+            routed = getattr(module.gate, "tid2eid", None)  # a hash-routed layer: its table, else the gate's top-k
+            top = (routed[ids.long()] if routed is not None else
+                   module.gate(hidden)[0].float().topk(table.size(1), dim=-1).indices).long().sort(dim=-1).values
             want = table.to(top.device)[ids.long()].sort(dim=-1).values
             seen = cls.rows.setdefault(layer, [0, 0, 0, 0.0])
             seen[0] += int((top == want).all(dim=-1).sum())
@@ -298,16 +302,17 @@ class RouteCheck:
 def init_weights(model: torch.nn.Module) -> None:
     params = dict(model.named_parameters())
     knobs = routing_knobs(os.environ.get("DSV4_ROUTING"))
+    target = any(n.endswith("embed_tokens.weight") for n in params)
     for name, param in params.items():
         _fill(name, param.data)
-        found = re.search(r"layers\.([0-9]+)\.ffn\.gate\.weight$", name)
-        if knobs and found and int(found[1]) in routed_layers():
-            _locality_gate(name, param.data, knobs)
+        found = re.search(r"layers\.([0-9]+)\.ffn\.gate\.tid2eid$", name)
+        if knobs and target and found and int(found[1]) in routed_layers():
+            _locality_table(name, param.data, knobs)
     for name, buf in model.named_buffers():
         if "tid2eid" in name:
             _fill(name, buf)
     _cycle_heads(params)
-    if knobs and any(n.endswith("embed_tokens.weight") for n in params):  # the target
+    if knobs and target:
         RouteCheck.install(model, knobs)
 
 

@@ -57,25 +57,24 @@ def test_a_layers_table_is_seeded_distinct_and_repeats_the_predecessor_at_the_as
 
 
 @pytest.mark.parametrize("knobs", [KNOBS, {"reuse": 0.0, "skew": 0.0}])
-def test_the_gate_routes_each_token_embedding_to_its_tables_experts(M: ModuleType, knobs: dict[str, float]) -> None:
-    """The MoE input near 64 x the token's embedding direction (RMSNorm's scale), bf16 weights, some
-    noise: the gate's top 6 are the table's for every token, by a margin."""
-    gate = torch.zeros(256, 4096)
-    M._locality_gate("model.layers.1.ffn.gate.weight", gate, knobs)
-    gate = gate.bfloat16().float()
-    hidden = M._embedding() * 64 + torch.randn(M.VOCAB, 4096, generator=torch.Generator().manual_seed(0)) * 0.5
-    logits = hidden @ gate.T
-    top = logits.topk(6).indices.sort().values
-    assert torch.equal(top, torch.tensor(M.routing(1, knobs)).sort().values)
-    ranked = logits.sort(descending=True).values
-    assert float((ranked[:, 5] - ranked[:, 6]).min()) > 5.0
+def test_each_routed_layer_routes_by_its_table(M: ModuleType, knobs: dict[str, float]) -> None:
+    """With locality every target layer is hash-routed (DeepSeek-V4's per-token table); the routed layers'
+    tables are the router's, in the engine's index dtype; the draft keeps its config."""
+    target, draft = M.configs(4, knobs)
+    assert target["num_hash_layers"] == 4 and draft["num_hash_layers"] == M.CONFIG["num_hash_layers"]
+    assert M.configs(4)[0]["num_hash_layers"] == M.CONFIG["num_hash_layers"]  # random: the gates route
+    table = torch.zeros(M.VOCAB, 6, dtype=torch.int32)
+    M._locality_table("model.layers.1.ffn.gate.tid2eid", table, knobs)
+    assert torch.equal(table, torch.tensor(M.routing(1, knobs), dtype=torch.int32))
 
 
 def _ffn() -> Any:
-    """A DeepseekV4MoE as the hook sees it: a gate returning (logits, bias), forward(hidden, input_ids)."""
+    """A DeepseekV4MoE as the hook sees it: a gate returning (logits, bias) with a hash table (tid2eid) or
+    None, forward(hidden, input_ids)."""
     ffn = torch.nn.Module()
     ffn.gate = torch.nn.Module()
     ffn.gate.weight = torch.nn.Parameter(torch.zeros(256, 4096))
+    ffn.gate.tid2eid = None
     ffn.gate.forward = lambda x: (x @ ffn.gate.weight.T, None)
     ffn.forward = lambda hidden, input_ids=None: hidden.mul_(1e-3).neg_()  # in place, as fused experts may
     return ffn
@@ -93,11 +92,13 @@ def _target(layers: int) -> torch.nn.Module:
 
 
 def test_route_check_counts_the_rows_routed_as_the_table_says(M: ModuleType) -> None:
-    """Layer 1's gate built from the table agrees on every row, passed input_ids either way, though the
+    """Layer 1's hash table from the router agrees on every row, passed input_ids either way, though the
     layer writes its output over its input (the check reads the input before the call); layer 2's gate
-    left at zero agrees on none; the hash layer 0 is not checked; a call without ids counts nothing."""
+    left at zero, with no table, agrees on none; layer 0 is not checked; a call without ids counts nothing."""
     model = _target(4)
-    M._locality_gate("model.layers.1.ffn.gate.weight", model.model.layers[1].ffn.gate.weight.data, KNOBS)
+    table = torch.zeros(M.VOCAB, 6, dtype=torch.int32)
+    M._locality_table("model.layers.1.ffn.gate.tid2eid", table, KNOBS)
+    model.model.layers[1].ffn.gate.tid2eid = table
     M.RouteCheck.install(model, KNOBS)
     ids = torch.arange(M.VOCAB)
     model.model.layers[1].ffn(M._embedding() * 64, input_ids=ids)
