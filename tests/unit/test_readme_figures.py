@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.doc_figures import assert_quotes, tables
+from tests.doc_figures import assert_quotes, row, tables
 from tests.unit.test_results_index import index
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,3 +41,18 @@ def test_the_readme_quotes_its_runs_reports() -> None:
         else:
             want = [steady_ratio(report, phase, int(requests), policy) for policy in POLICIES]
         assert_quotes(" ".join(ratios), want)
+
+
+def test_the_readme_quotes_the_prefill_run() -> None:
+    """The README's prefill table is bench/results/h100-dsv4-prefill's reports: prefill tok/s, the ratio and
+    the decode tok/s at 16384 prompt tokens, and the first token at 65536 (the CPU's from the second call)."""
+    run = RESULTS / "h100-dsv4-prefill"
+    assert index()["h100-dsv4-prefill"].startswith("current")
+    lines = [line.split() for name in ("report.txt", "report-cpu-65536.txt")
+             for line in (run / name).read_text().splitlines()]
+    prompt = {(cells[0], cells[1]): cells for cells in lines if len(cells) >= 6 and cells[0].isdigit()}
+    for arm, label in (("cpu", "CPU ("), ("gpu", "cutlass"), ("triton", "triton engine")):
+        short, long = prompt[("16384", arm)], prompt[("65536", arm)]
+        want = [short[3], *([] if arm == "cpu" else [short[4]]), long[2], short[5]]
+        cells = row(ROOT / "README.md", label, column="16k prompt: tok/s")
+        assert_quotes(" ".join(cells[1:]), want)
