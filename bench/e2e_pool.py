@@ -380,7 +380,8 @@ def rate_lines(run: Run, phase: str, n: int, policy: str, floor: float) -> list[
         ratios = [statistics.median(paired(cells, run.arrangements[base].cells[key])) for base in run.bases]
         hit = f"{a.hit_rate(cells):9.3f}" if a.pooled else f"{'-':>9}"
         lines.append(f"  {tag:<12} {spread([c['tok_s'] for c in cells]):>22} "
-                     + " ".join(f"{r:8.3f} {tie(r, floor):>4}" for r in ratios) + f" {hit}")
+                     + " ".join(f"{r:8.3f} {'' if tag == base else tie(r, floor):>4}"
+                                for r, base in zip(ratios, run.bases)) + f" {hit}")
     return lines
 
 
@@ -484,7 +485,7 @@ def targets(run: Run, keys: Sequence[Key], floor: float) -> list[str]:
                  f"{got:.3f}")
     if r not in (0.0, TARGET_REUSE):
         lines.append(f"(reuse {r:g}: the issue sets targets at reuse 0 and {TARGET_REUSE} only)")
-    return [f"{line}  (noise floor {floor:.1%}; TIE: inside it)" for line in lines]
+    return [f"{line}  (noise floor {floor:.1%}: a ratio inside it is a TIE)" for line in lines]
 
 
 def routed_as_asked(routing: dict[str, Any]) -> float | None:
