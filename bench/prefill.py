@@ -7,7 +7,8 @@ Prints, per prompt length and arm, time to first token, prefill tok/s, the GPU a
 prefill, the decode tok/s of the greedy tokens after the prompt, whether those tokens equal CPU
 prefill's and the largest difference of their logprobs from CPU prefill's; the ratio at 16384 prompt tokens
 against the issue's target (at least 3x); per arm, one request's decode tok/s alone and while another
-prefills; per chunk size, the layer's ms on the CPU and on the GPU, the crossover chunk size (the
+prefills; per chunk size and engine probed (parts `layer`, cutlass, and `layer-triton`), the layer's ms on
+the CPU and on the GPU, the crossover chunk size (the
 smallest from which the GPU is faster at every size measured) and the GPU result's difference from
 the CPU's; what lk_moe holds on the GPU; and, per MoE layer on lk_moe, the rate the stand-in's few
 layers give (its tok/s x its lk_moe layers), with what that rate would be on the user's box's lk_moe
@@ -53,6 +54,15 @@ def load(rundir: Path) -> tuple[list[str], dict[str, Any]]:
     return asked, results
 
 
+def is_layer(part: str) -> bool:
+    """The layer probe's parts: `layer` (cutlass) and `layer-ENGINE`."""
+    return part == "layer" or part.startswith("layer-")
+
+
+def layer_parts(results: dict[str, Any]) -> dict[str, Any]:
+    return {part: r for part, r in results.items() if is_layer(part)}
+
+
 def first_difference(a: list[int], b: list[int]) -> str:
     at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return f"first at token {at} of {max(len(a), len(b))}, {sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))} differ"
@@ -67,15 +77,16 @@ def check(asked: list[str], results: dict[str, Any], allow_differ: frozenset[str
             failures.append(f"{part}: no result (crashed before writing, hit its time limit, or skipped for the budget)")
         elif not results[part].get("ok"):
             failures.append(f"{part}: failed: {results[part].get('error', 'no error recorded')[:300]}")
-    layer = results.get("layer")
-    if layer and layer.get("ok"):
+    for part, layer in layer_parts(results).items():
+        if not layer.get("ok"):
+            continue
         if not layer.get("sizes"):
-            failures.append("layer: no chunk size measured")
+            failures.append(f"{part}: no chunk size measured")
         for rows, m in (layer.get("sizes") or {}).items():
             if not m.get("finite") or not m.get("rel_diff", float("inf")) <= LAYER_TOL:
-                failures.append(f"layer: GPU prefill of {rows} rows off the CPU's by {m.get('rel_diff')} of its largest "
-                                f"value (finite: {m.get('finite')}; tolerance {LAYER_TOL})")
-    arms = {a: r for a, r in results.items() if a != "layer" and r.get("ok")}
+                failures.append(f"{part}: GPU prefill of {rows} rows off the CPU's by {m.get('rel_diff')} of its "
+                                f"largest value (finite: {m.get('finite')}; tolerance {LAYER_TOL})")
+    arms = {a: r for a, r in results.items() if not is_layer(a) and r.get("ok")}
     cpu = arms.get("cpu")
     for arm, r in arms.items():
         failures += arm_failures(arm, r, cpu, arm in allow_differ)
@@ -152,13 +163,30 @@ def crossover(sizes: dict[str, dict[str, float]]) -> tuple[int | None, dict[str,
     return best, sizes[str(best)] if best is not None else None
 
 
+def layer_lines(layer: dict[str, Any]) -> list[str]:
+    """One engine's layer probe: ms by chunk size both ways, the crossover, what lk_moe holds."""
+    out = [f"one Flash-shaped MXFP4 layer by chunk size ({layer.get('engine')} engine, LK_THREADS="
+           f"{layer.get('lk_threads')}): ms",
+           f"{'rows':>6} {'CPU ms':>9} {'GPU ms':>9} {'GPU/CPU':>8} {'rel diff':>9}"]
+    for n in sorted(layer["sizes"], key=int):
+        m = layer["sizes"][n]
+        out.append(f"{n:>6} {m['cpu_ms']:>9.2f} {m['gpu_ms']:>9.2f} {fmt(ratio(m['gpu_ms'], m['cpu_ms']), '.2f'):>8} "
+                   f"{m.get('rel_diff', 0):>9.1e}")
+    cross, _ = crossover(layer["sizes"])
+    out.append("crossover chunk size: " + (f"GPU faster from {cross} rows" if cross else
+                                           "the GPU is not faster at the largest size"))
+    out.append(f"lk_moe's raw gpu_prefill writes: {layer.get('raw_gpu_prefill_writes')}; lk_moe holds "
+               f"{fmt((layer.get('device_bytes_after') or 0) / GIB, '.2f')} GiB on the GPU for one layer")
+    return out
+
+
 def fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
 def report(asked: list[str], results: dict[str, Any]) -> list[str]:
     out = []
-    arms = {a: r for a, r in results.items() if a != "layer"}
+    arms = {a: r for a, r in results.items() if not is_layer(a)}
     cpu = arms.get("cpu") or {}
     lengths = sorted({int(n) for r in arms.values() for n in (r.get("prompts") or {})})
     out.append("prefill by prompt length (one request alone; --max-num-batched-tokens 8192, chunked prefill)")
@@ -201,20 +229,9 @@ def report(asked: list[str], results: dict[str, Any]) -> list[str]:
                 got = c.get("while_prefill_tok_s") or 0
                 out.append(f"decode while prefilling, {arm} against cpu: {got:.2f} against {base:.2f} tok/s "
                            f"(target no worse: {'met' if got >= base else 'NOT met'})")
-    layer = results.get("layer") or {}
-    if layer.get("sizes"):
-        out.append(f"one Flash-shaped MXFP4 layer by chunk size ({layer.get('engine')} engine, LK_THREADS="
-                   f"{layer.get('lk_threads')}): ms")
-        out.append(f"{'rows':>6} {'CPU ms':>9} {'GPU ms':>9} {'GPU/CPU':>8} {'rel diff':>9}")
-        for n in sorted(layer["sizes"], key=int):
-            m = layer["sizes"][n]
-            out.append(f"{n:>6} {m['cpu_ms']:>9.2f} {m['gpu_ms']:>9.2f} {fmt(ratio(m['gpu_ms'], m['cpu_ms']), '.2f'):>8} "
-                       f"{m.get('rel_diff', 0):>9.1e}")
-        cross, _ = crossover(layer["sizes"])
-        out.append("crossover chunk size: " + (f"GPU faster from {cross} rows" if cross else
-                                               "the GPU is not faster at the largest size"))
-        out.append(f"lk_moe's raw gpu_prefill writes: {layer.get('raw_gpu_prefill_writes')}; lk_moe holds "
-                   f"{fmt((layer.get('device_bytes_after') or 0) / GIB, '.2f')} GiB on the GPU for one layer")
+    for layer in layer_parts(results).values():
+        if layer.get("sizes"):
+            out += layer_lines(layer)
     for arm, r in arms.items():
         placed = (r.get("moe_layers") or {}).get("lk_moe") or []
         held = (r.get("lk_moe_info") or {}).get("device_bytes")

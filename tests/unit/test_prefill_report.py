@@ -162,3 +162,18 @@ def test_certain_tokens_say_their_logprobs_cannot_show_a_gap() -> None:
     lines = prefill.report(["cpu", "gpu"], results)
     row = next(line for line in lines if line.lstrip().startswith("4096 gpu"))
     assert row.endswith(prefill.CERTAIN) and any(line.startswith(f"{prefill.CERTAIN}: every greedy") for line in lines)
+
+
+def test_each_engines_layer_probe_is_its_own_part(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """layer (cutlass) and layer-triton: each printed with its engine, each held to the tolerance, and a
+    layer part is never taken for an arm."""
+    parts = complete()
+    parts["layer-triton"] = {**copy.deepcopy(LAYER), "engine": "triton", "raw_gpu_prefill_writes": "not asked (triton)"}
+    parts["layer-triton"]["sizes"]["2048"]["rel_diff"] = 1e-6
+    assert prefill.main([str(run(tmp_path, parts, "layer layer-triton cpu gpu"))]) == 0
+    out = capsys.readouterr().out
+    assert "(cutlass engine, LK_THREADS=12)" in out and "(triton engine, LK_THREADS=12)" in out
+    assert "  2048    204.80     30.00     0.15   1.0e-06" in out and "layer-triton:" not in out
+    parts["layer-triton"]["sizes"]["512"]["rel_diff"] = 0.5
+    assert prefill.main([str(run(tmp_path, parts, "layer layer-triton cpu gpu"))]) == 1
+    assert "FAIL layer-triton: GPU prefill of 512 rows off the CPU's by 0.5" in capsys.readouterr().out
