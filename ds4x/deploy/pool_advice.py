@@ -20,6 +20,10 @@ from vllm_ds4x.moe import pool
 
 RUN = "bench/results/h100-pool-decode"
 RUN_FILES = ("pool-12.json", "pool-32.json")
+ENGINE_RUN = "bench/results/h100-dsv4-e2e-pool-r038"
+GPU_HALF_MS = 0.23
+"""ms a pooled layer adds to a depth-0 step in the engine: its GPU half runs after its CPU half (the rest of
+a step with the pool, 7.7 ms, less that with whole layers, 6.3, over 6 pooled layers; ENGINE_RUN's report)"""
 HOW = (f"to read yours, run with {pool.SLOTS_ENV} set and {pool.LOG_ENV}=200 and take `cum hit` from lk_moe's "
        f"[pool] lines (docs/expert-pool.md), then give --pool-hit-rate H")
 
@@ -174,8 +178,16 @@ def advise(shape: mp.ModelShape, space: Room, policy: Policy, hit: float | None,
         f"{text}. At your hit rate {hit:.2f} (--pool-hit-rate) the pool takes {by_depth} at depth "
         f"{' / '.join(map(str, range(policy.k + 1)))}; {at}: pool {pooled:.1%}, whole layers {whole:.1%}, so "
         f"{wins} ({above}). Measured on one layer (H100, {run.slots} slots, hit rate {run.hit_rate:.2f}, {RUN}): "
-        f"a call took {ratios} of the CPU alone's time at depth {' / '.join(map(str, sorted(run.ratio)))}",
-        winner, short)
+        f"a call took {ratios} of the CPU alone's time at depth {' / '.join(map(str, sorted(run.ratio)))}"
+        f"{_gpu_half(space)}", winner, short)
+
+
+def _gpu_half(space: Room) -> str:
+    """What the read shares leave out: the GPU half's time on the step (ENGINE_RUN)."""
+    return (f". The shares leave out the pool's GPU half, which runs after the CPU half in each layer: in the "
+            f"engine it added about {GPU_HALF_MS} ms a pooled layer to a step ({ENGINE_RUN}, H100), about "
+            f"{GPU_HALF_MS * space.moe_layers:.1f} ms a step on {space.moe_layers} MoE layers, so the pool needs a "
+            f"higher hit rate than the shares say")
 
 
 def settings(winner: str, space: Room) -> dict[str, str]:

@@ -160,3 +160,18 @@ def test_the_docs_prediction_follows_the_arithmetic(hit: float) -> None:
 def test_the_docs_whole_layers() -> None:
     cells = row(DOC, "whole layers", column="pool at phase 0/2")
     assert_quotes(" ".join(cells[1:5]), [100 * pool_advice.room(SHAPE, BUDGET, 1, (0, 1)).whole_share] * 4)
+
+
+def test_the_gpu_half_the_shares_leave_out_is_the_engine_runs() -> None:
+    """GPU_HALF_MS: the rest of a depth-0 step with the pool less that with whole layers, over the pooled
+    layers, as the committed engine run's report prints them; the advice states it for the model's layers."""
+    report = (ROOT / pool_advice.ENGINE_RUN / "report.txt").read_text().splitlines()
+    rest = {cells[0]: float(cells[4]) for cells in map(str.split, report)
+            if len(cells) >= 5 and cells[0] in ("pool", "layers") and cells[1] == "0"}
+    pooled = json.loads((ROOT / pool_advice.ENGINE_RUN / "e2e-spec-pool.json").read_text())["arrangement"]["lk_layers"]
+    assert agrees(str(pool_advice.GPU_HALF_MS), (rest["pool"] - rest["layers"]) / pooled)
+    space = pool_advice.room(SHAPE, BUDGET, 1, (0, 1))
+    advice = pool_advice.advise(SHAPE, space, pool_advice.Policy("phase 0/2", 2, (0, 2)), 0.5, ROOT)
+    assert advice is not None and "about 0.23 ms a pooled layer to a step" in advice.message
+    assert advice.message.endswith("about 9.9 ms a step on 43 MoE layers, so the pool needs a higher hit rate than "
+                                   "the shares say")
