@@ -11,7 +11,8 @@ Each prompt of PREFILL_TOKENS tokens (default "4096 16384 65536"; seeded random 
 cycles, the same in every arm) runs alone after an unrecorded warm-up prompt: its time to first token
 (from add_request to the step that returned it), prefill tok/s (prompt tokens over that time), the
 seconds of each engine step until then, and PREFILL_CONTINUATION (32) greedy tokens after it, with their
-decode tok/s and each token's logprob (PREFILL_LOGPROBS=0: not asked). Then (PREFILL_CONCURRENT, default 16384 prompt tokens; 0: skipped) one request decodes
+decode tok/s and each token's logprob (PREFILL_LOGPROBS=0: not asked). Then (PREFILL_CONCURRENT, default 16384 prompt tokens; 0: skipped), after
+an unrecorded round of the same with PREFILL_WARMUP prompt tokens (the first mixed steps compile kernels), one request decodes
 alone for PREFILL_ALONE_STEPS steps, another with that many prompt tokens arrives, and the first one's
 tokens until the second's first token give its decode tok/s while the other prefills. The JSON is
 rewritten after every prompt, so a run cut short keeps what it measured. PREFILL_SPEC=2: DSpark with 2
@@ -109,7 +110,7 @@ def token_logprobs(completion) -> list[float] | None:
         return None
 
 
-def concurrent(engine, length: int) -> dict:
+def concurrent(engine, length: int, tag: str = "") -> dict:
     """Request a decodes alone for ALONE_STEPS steps, then b (`length` prompt tokens, one token to make)
     arrives: a's decode tok/s alone, and while b prefills (from b's arrival to b's first token). a makes
     enough tokens to outlast b's prefill at 1024 prompt tokens a step, and both end by themselves."""
@@ -127,17 +128,18 @@ def concurrent(engine, length: int) -> dict:
         for o in engine.step():
             made[names.get(o.request_id, o.request_id)] = len(o.outputs[0].token_ids)
 
-    add("a", prompt(512, 7), ALONE_STEPS + length // 1024 + 32)
-    while not made.get("a"):
+    a, b = f"{tag}a", f"{tag}b"
+    add(a, prompt(512, 7), ALONE_STEPS + length // 1024 + 32)
+    while not made.get(a):
         step()
-    t0, a0 = time.perf_counter(), made["a"]
+    t0, a0 = time.perf_counter(), made[a]
     for _ in range(ALONE_STEPS):
         step()
-    t1, a1 = time.perf_counter(), made["a"]
-    add("b", prompt(length, 8), 1)
-    while not made.get("b"):
+    t1, a1 = time.perf_counter(), made[a]
+    add(b, prompt(length, 8), 1)
+    while not made.get(b):
         step()
-    t2, a2 = time.perf_counter(), made["a"]
+    t2, a2 = time.perf_counter(), made[a]
     while engine.has_unfinished_requests():
         engine.step()
     return {"prompt_tokens": length, "alone_tok_s": round((a1 - a0) / (t1 - t0), 2),
@@ -180,6 +182,8 @@ def main(result: dict) -> None:
               f"{result['prompts'][str(length)]['ttft_s']} s", flush=True)
         write(result)
     if CONCURRENT:
+        if WARMUP:  # unrecorded: the first steps that mix a decode with a prefill chunk compile kernels
+            concurrent(engine, WARMUP, "warm-up-")
         result["concurrent"] = concurrent(engine, CONCURRENT)
         print("concurrent", result["concurrent"], flush=True)
     counted = counters.report(managers)
