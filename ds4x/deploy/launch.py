@@ -260,8 +260,10 @@ def _check_memory(launch: Launch, args: PlanRequest, compute: Compute, found: Fi
     result = compute(args)
     budget = result.budget
     if budget.for_resident_layers < 0:
+        instead = prefill_advice.alternative(args, compute) if budget.prefill else ""
         errors.append(f"at --max-model-len {args.max_model_len}, --gpu-memory-utilization {args.gpu_memory_utilization}"
-                      f" the model does not fit ({-budget.for_resident_layers / 2**30:.2f} GiB short on --gpu-mem)")
+                      f" the model does not fit ({-budget.for_resident_layers / 2**30:.2f} GiB short on --gpu-mem"
+                      f"{', GPU prefill included' if budget.prefill else ''}){instead}")
         return result.shape
     value = launch.env.get(mp.LAYERS_ENV)
     try:

@@ -190,6 +190,15 @@ def test_asked_for_gpu_prefill_write_turns_it_on(tmp_path: Path, capsys: pytest.
     assert code == 0 and "0 error(s), 0 warning(s)" in again and prefill_lines(again)[0].startswith("note: ")
 
 
+def test_cutlass_that_does_not_fit_names_triton(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The script turns GPU prefill on with lk_moe's default engine: its arena (a layer twice) leaves no room."""
+    code, out = check(users_script(tmp_path, env=f"export {mp.PREFILL_MIN_ENV}=1024\n"), capsys)
+    [error] = [line for line in out.splitlines() if "the model does not fit" in line]
+    assert code == 1 and "GiB short on --gpu-mem, GPU prefill included)" in error, out
+    assert error.endswith(f"; triton with {mp.PREFETCH_ENV}=1 ({prefill.ENGINE_ENV}=triton, 3.19 GiB staging) fits "
+                          f"with 1 resident layer(s)"), error
+
+
 def test_gpu_prefill_on_with_too_many_layers_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     triton = f"export {prefill.ENGINE_ENV}=triton {mp.PREFETCH_ENV}=1\n"
     code, out = check(users_script(tmp_path, env=f"export {mp.PREFILL_MIN_ENV}=1024\n{triton}"), capsys)
