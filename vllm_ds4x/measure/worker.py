@@ -100,20 +100,10 @@ def _caller(moe: Any, spec: dict[str, Any], tokens: int) -> tuple[str, Callable[
 
     hidden, top_k = spec["hidden"], spec["top_k"]
     weights = np.full((tokens, top_k), 1 / top_k, np.float32)
-    try:
-        import torch
+    if not _has_gpu():
+        return "cpu_prefill", _on_host(moe, tokens, top_k, hidden, weights), lambda ids: ids
+    import torch
 
-        gpu = torch.cuda.is_available()
-    except ImportError:
-        gpu = False
-    if not gpu:
-        x = np.zeros((tokens, hidden), np.uint16)
-        out = np.empty((tokens, hidden), np.float32)
-
-        def prefill(ids: np.ndarray) -> None:
-            moe.cpu_prefill(tokens, top_k, ids.ctypes.data, weights.ctypes.data, x.ctypes.data, out.ctypes.data)
-
-        return "cpu_prefill", prefill, lambda ids: ids
     x_gpu = torch.randn(tokens, hidden, device="cuda").bfloat16()
     w_gpu = torch.from_numpy(weights).cuda()
     out_gpu = torch.empty(spec["max_tokens"], hidden, device="cuda")
@@ -157,6 +147,16 @@ def _rounds(moe: Any, spec: dict[str, Any]) -> tuple[str, Timed]:
     return path, timed
 
 
+def _on_host(moe: Any, rows: int, top_k: int, hidden: int, weights: Any) -> Callable[[Any], None]:
+    """lk_moe's cpu_prefill of `rows` rows on host buffers (where no GPU holds the activations), routed by ids."""
+    import numpy as np
+
+    x = np.zeros((rows, hidden), np.uint16)
+    out = np.empty((rows, hidden), np.float32)
+    return lambda ids: moe.cpu_prefill(rows, top_k, ids.ctypes.data, weights.ctypes.data, x.ctypes.data,
+                                       out.ctypes.data)
+
+
 def _has_gpu() -> bool:
     try:
         import torch
@@ -183,10 +183,8 @@ def _prefill_call(moe: Any, spec: dict[str, Any], rows: int, gpu: bool,
         ids[:] = rng.random((rows, experts)).argpartition(top_k - 1, axis=1)[:, :top_k]
 
     if not gpu:
-        x = np.zeros((rows, hidden), np.uint16)
-        out = np.empty((rows, hidden), np.float32)
-        return route, lambda: moe.cpu_prefill(rows, top_k, ids.ctypes.data, weights.ctypes.data, x.ctypes.data,
-                                              out.ctypes.data)
+        on_host = _on_host(moe, rows, top_k, hidden, weights)
+        return route, lambda: on_host(ids)
     import torch
 
     x_gpu = (torch.randn(rows, hidden, device="cuda") * 0.5).bfloat16()
