@@ -32,6 +32,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vllm_ds4x.measure import analysis
+
 TARGET_RATIO, TARGET_LENGTH = 3.0, 16384
 LAYER_TOL = 3e-2  # cutlass rounds activations to bf16 (lk_moe's README); a wrong dtype or unwritten rows is far off
 ENGINE = {"gpu": "cutlass", "triton": "triton"}  # arm -> moe_prefill's driver
@@ -152,14 +154,9 @@ def ratio(a: float | None, b: float | None) -> float | None:
 
 
 def crossover(sizes: dict[str, dict[str, float]]) -> tuple[int | None, dict[str, float] | None]:
-    """The smallest chunk size from which the GPU is faster at every larger size measured."""
-    rows = sorted(int(n) for n in sizes)
-    best = None
-    for n in reversed(rows):
-        if sizes[str(n)]["gpu_ms"] < sizes[str(n)]["cpu_ms"]:
-            best = n
-        else:
-            break
+    """The smallest chunk size from which the GPU is faster at every larger size measured (measure's own
+    rule, vllm_ds4x.measure.analysis.crossover), and its row."""
+    best = analysis.crossover([{"rows": int(n), **m} for n, m in sizes.items()])
     return best, sizes[str(best)] if best is not None else None
 
 
