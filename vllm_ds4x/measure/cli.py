@@ -111,11 +111,11 @@ def timed_prefill(request: MeasureRequest, spec: dict[str, Any], best: dict[str,
     for way in ways:
         job = {**spec, "prefill": {"path": way, "chunks": chunks, "budget_s": share}}
         what = f"lk_moe's {way.upper()} prefill at LK_THREADS={threads}"
-        line = _one_worker(job, threads, python, share, what, SKIP_PREFILL,
-                           GPU_PREFILL_WORKER if way == "gpu" else WORKER)
+        module = GPU_PREFILL_WORKER if way == "gpu" else WORKER
+        line = _one_worker(job, threads, python, share, what, SKIP_PREFILL, module)
         answer, why = _checked(line, functools.partial(analysis.prefill_answer_problem, path=way, chunks=chunks))
         if why:
-            raise MeasureError(f"the timing worker ({WORKER}) for {what} answered {why}; nothing is written from it: "
+            raise MeasureError(f"the timing worker ({module}) for {what} answered {why}; nothing is written from it: "
                                f"check lk_moe (and torch) in --python{SKIP_PREFILL}", 1)
         answers[way] = cast(dict[str, Any], answer)
     section = analysis.prefill_section(answers["cpu"], answers.get("gpu"), max(chunks), spec)
