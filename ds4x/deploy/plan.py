@@ -444,7 +444,7 @@ def plan_json(request: PlanRequest, result: Plan, curve: prefill_advice.Measured
     if section is not None and plan.for_resident_layers >= 0 and not request.pool_slots:
         on = replace(request, gpu_prefill_min_batch=request.gpu_prefill_min_batch or 1)
         measured = prefill_advice.figures(prefill_advice.fit(on, compute), section, len(result.shape.moe_layers))
-    return {"prefill_measured": measured,"usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
+    return {"prefill_measured": measured, "usable": plan.usable, "non_expert": plan.non_expert, "kv_cache": plan.kv_cache,
             "reserve": plan.reserve, "draft_layers": plan.draft_layers, "pool": plan.pool, "prefill": plan.prefill,
             "for_resident_layers": plan.for_resident_layers, "fits": plan.for_resident_layers >= 0,
             "resident": list(choice.layers), "ceiling_all_cpu": _finite(result.ceiling[0]),

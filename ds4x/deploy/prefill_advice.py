@@ -2,7 +2,7 @@
 context length (vllm_ds4x.moe.prefill has the bytes), and what it buys where a measure profile with a
 "prefill" section is given (--profile, or plan --measure's own): prefill tok/s of the model's lk_moe
 layers on the CPU and on the GPU from the user's own curve, and the chunk size from which the GPU wins.
-No prefill speed is committed under bench/results, so without such a profile the line is about fit only."""
+Without such a profile the line is about fit only, and quotes the committed stand-in run (NOT_MEASURED)."""
 
 from __future__ import annotations
 

@@ -200,7 +200,8 @@ def profile(best: Run, runs: list[Run], fmt: str, k: int, moe_layers: int, gpu_m
             prefill: dict[str, Any] | None = None) -> dict[str, Any]:
     """ds4x-step-cost.json: the draft_depth object adaptive starts from, what was measured, and (where
     timed) the "prefill" section plan's prefill advice reads."""
-    return {**({"prefill": prefill} if prefill else {}),"draft_depth": {"policy": "adaptive", **adaptive_start(best, k, moe_layers, gpu_ms, max_num_seqs, acceptance)},
+    return {**({"prefill": prefill} if prefill else {}),
+            "draft_depth": {"policy": "adaptive", **adaptive_start(best, k, moe_layers, gpu_ms, max_num_seqs, acceptance)},
             "measured": {"lk_threads": best["threads"], "path": best["path"], "format": fmt,
                          "step_seconds": step_seconds(best, k, moe_layers, gpu_ms), "gpu_ms": gpu_ms,
                          "acceptance": {"reasoning": acceptance[0], "answer": acceptance[1]},
